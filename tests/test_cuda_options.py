@@ -68,11 +68,20 @@ def test_machine_memory_is_dasks_cgroup_aware_limit():
 
 
 def test_an_in_process_describe_does_not_import_distributed(tmp_path) -> None:
-    """Without a client nothing needs distributed (importing it is ~0.3 s of every fresh process); the memory is its."""
+    """Without a client nothing needs distributed (importing it is ~0.3 s of every fresh process); the memory is its.
+
+    A store's blocks and label are rechunked to the plan's rows, and dask's rechunk would import distributed
+    to look for a client.
+    """
     code = (
         "import sys, numpy as np, daskbatch as db\n"
         "from daskbatch.runtime.capacity import machine_memory_bytes\n"
         "s = db.describe(np.arange(4000.0).reshape(1000, 4), label=np.arange(1000) % 3)\n"
+        "import zarr\n"
+        "g = zarr.open_group('data.zarr', mode='w')\n"
+        "g.create_array('X', data=np.arange(15000.0).reshape(3000, 5), chunks=(1000, 5))\n"
+        "g.create_array('y', data=np.arange(3000) % 3, chunks=(700,))  # read in X's blocks\n"
+        "s = db.describe(db.open_dataset('data.zarr', x='X', label='y'))\n"
         "assert 'distributed' not in sys.modules, 'distributed imported'\n"
         "memory = machine_memory_bytes()\n"
         "from distributed.system import MEMORY_LIMIT\n"

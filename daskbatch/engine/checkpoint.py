@@ -39,7 +39,7 @@ from daskbatch.engine.checkpoint_files import (
 )
 from daskbatch.engine.fingerprint import input_items
 from daskbatch.errors import Cancelled, Interrupted
-from daskbatch.runtime.capacity import active_client
+from daskbatch.runtime.capacity import active_client, rechunk_method
 from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.runlock import sigterm_as_interrupt
 from daskbatch.stats._base import BundleLike, merge_all
@@ -256,8 +256,8 @@ def run_checkpointed(
     n_blocks = int(x.numblocks[0])
     with _locked_store(directory, data, bundle, s, n_blocks, force) as store:
         store.reference = _reference_state(bundle, x, label, weights)
-        label = None if label is None else label.rechunk((x.chunks[0],))
-        weights = None if weights is None else weights.rechunk((x.chunks[0],))
+        label = None if label is None else label.rechunk((x.chunks[0],), method=rechunk_method())
+        weights = None if weights is None else weights.rechunk((x.chunks[0],), method=rechunk_method())
         checked = data.label_checked and label is not None
 
         def make(unit: int) -> Delayed:

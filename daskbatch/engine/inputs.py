@@ -19,6 +19,7 @@ from daskbatch import config
 from daskbatch._common import gpu_module
 from daskbatch.engine.reduce import TRANSFERS, part_rows_for
 from daskbatch.io.readers import check_series_index, in_memory_as_dask, open_reader, series_values
+from daskbatch.runtime.capacity import rechunk_method
 
 if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
@@ -129,7 +130,7 @@ def as_feature_matrix(
     x = as_float64_if_wider(x if isinstance(x, da.Array) else in_memory_as_dask(x), what)
     if x.numblocks[1] != 1:
         # Every statistic sees whole rows; co-moments need all features together.
-        x = x.rechunk({1: -1})
+        x = x.rechunk({1: -1}, method=rechunk_method())
 
     if isinstance(label, str):
         raise TypeError(
@@ -289,7 +290,7 @@ def as_weights(weights: Any, data: FeatureMatrix) -> FeatureMatrix:
     if weights is None:
         return data
     weights, what = _row_array(weights, data, "weights", "weight", check_numeric)
-    weights = weights.rechunk((data.x.chunks[0],))
+    weights = weights.rechunk((data.x.chunks[0],), method=rechunk_method())
     checked = da.map_blocks(_check_weights_block, weights, what=what, dtype=weights.dtype, meta=weights._meta)
     return dataclasses.replace(data, weights=checked, provenance={**data.provenance, "weights": what})
 

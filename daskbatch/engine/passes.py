@@ -40,7 +40,7 @@ from daskbatch.engine.reduce import (
     task_prefixes,
     to_host,
 )
-from daskbatch.runtime.capacity import active_client, note_pass
+from daskbatch.runtime.capacity import active_client, note_pass, rechunk_method
 from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats import CoMoments, Sketch
@@ -187,7 +187,7 @@ def _row_aligned(data: FeatureMatrix) -> list[Any]:
     """``x``, then the label and weights (those given) in the row blocks of ``x``, as a pass's chunk tasks read them."""
     # The same rechunk as tree_reduce's (same names): computed beside the pass, their blocks are the pass's own.
     rows = [data.x]
-    rows += [r.rechunk((data.x.chunks[0],)) for r in (data.label, data.weights) if r is not None]
+    rows += [r.rechunk((data.x.chunks[0],), method=rechunk_method()) for r in (data.label, data.weights) if r is not None]
     return rows
 
 
@@ -306,4 +306,4 @@ def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delay
     """The delayed blocks of a per-row array aligned to the row blocks of ``x`` (Nones if absent)."""
     if rows is None:
         return [None] * n_blocks
-    return list(rows.rechunk((x.chunks[0],)).to_delayed().ravel())
+    return list(rows.rechunk((x.chunks[0],), method=rechunk_method()).to_delayed().ravel())

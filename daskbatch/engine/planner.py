@@ -20,7 +20,12 @@ from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
 from daskbatch.errors import PlanError, RangeWarning
 from daskbatch.planning.plan import DEFAULT_STATISTICS, Plan, Resources, footprint
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, sketch_in_plan
-from daskbatch.runtime.capacity import active_client, cuda_device_count, resources_auto
+from daskbatch.runtime.capacity import (
+    active_client,
+    cuda_device_count,
+    rechunk_method,
+    resources_auto,
+)
 from daskbatch.stats.classes import (
     ClassValues,
     UnknownClassError,
@@ -30,7 +35,6 @@ from daskbatch.stats.classes import (
 )
 from daskbatch.stats.declaration import Footprint
 from daskbatch.stats.kernels import path
-from daskbatch.stats.kernels.path import kernel_path
 from daskbatch.stats.numerics import namespace
 from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.ranges import is_minmax
@@ -139,12 +143,11 @@ def plan(
     settings = config.planner_settings()
     return plan_chunks(
         tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
-        n_classes=n_classes,
-        split_every=split_every if split_every is not None else resolve_split_every(None),
+        n_classes=n_classes, split_every=split_every if split_every is not None else resolve_split_every(None),
         **{k: settings[k] for k in ("memory_fraction", "reserved_bytes", "target_chunk_bytes")},
         dtype=str(x.dtype),
-        compiled_kernels=kernel_path("cupy" if resources.device == "gpu" else "numpy", dtype=x.dtype,
-                                     gpu_kernels=resources.device == "gpu" and _gpu_kernels_expected()).compiled,
+        compiled_kernels=path.kernel_path("cupy" if resources.device == "gpu" else "numpy", dtype=x.dtype,
+                                          gpu_kernels=resources.device == "gpu" and _gpu_kernels_expected()).compiled,
         weighted=weighted,
         # An object store's blocks fetched ahead (none on distributed workers: each task has its own reader).
         read_ahead_blocks=0 if active_client() else int(getattr(x_or_dataset, "read_ahead_blocks", 0)),
@@ -307,7 +310,7 @@ def lay_out(  # numpydoc ignore=PR01,RT01
                                  chosen.split_every if chosen is not None else None)
     rows = chunk_rows if chunk_rows is not None else chosen.chunk_rows if chosen is not None else None
     if rows is not None and max(data.x.chunks[0]) > rows:  # only larger blocks are split: merging adds a copy
-        data = dataclasses.replace(data, x=data.x.rechunk({0: rows}))
+        data = dataclasses.replace(data, x=data.x.rechunk({0: rows}, method=rechunk_method()))
     if class_values is not None and classes_from not in ("label scan", "target quantiles"):
         assert data.label is not None
         data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
@@ -465,13 +468,11 @@ def resolve_classes(  # numpydoc ignore=PR01,RT01
     return tuple(int(v) for v in np.asarray(found)), "label scan"
 
 
-def checked_label(  # numpydoc ignore=PR01,RT01
-    label: da.Array, rows: tuple[int, ...], classes: tuple[int, ...] | None
-) -> da.Array:
+def checked_label(label: da.Array, rows: tuple[int, ...], classes: tuple[int, ...] | None) -> da.Array:  # numpydoc ignore=PR01,RT01
     """Rechunk ``label`` to blocks of ``rows``, each checked against ``classes`` (else for negatives) when read."""
     import dask.array as da  # lazy: dask
 
-    label = label.rechunk((rows,))
+    label = label.rechunk((rows,), method=rechunk_method())
     # The function, not the method: typeshed's functools.wraps does not bind self.
     return da.map_blocks(_check_block, label, classes=classes, dtype=label.dtype, meta=label._meta)
 

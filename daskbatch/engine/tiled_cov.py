@@ -20,6 +20,7 @@ from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.engine.passes import tree_reduce
 from daskbatch.errors import DataError
 from daskbatch.io.outputs import MARKER, check_output, write_output
+from daskbatch.runtime.capacity import rechunk_method
 from daskbatch.stats.comoments import ROWS
 from daskbatch.stats.numerics import rows_of
 from daskbatch.stats.pairwise import PairwiseCoMomentsState, pairwise_means
@@ -189,7 +190,7 @@ def _fill_tiles(
             block = side[i] if i == j else da.concatenate([side[i], side[j]], axis=1)
             stat = CrossCoMoments(split=None if i == j else int(side[i].shape[1]), rows=rows)
             states[i, j] = tree_reduce(
-                stat, block.rechunk({1: -1}), complete=complete, weights=weights, split_every=split_every,
+                stat, block.rechunk({1: -1}, method=rechunk_method()), complete=complete, weights=weights, split_every=split_every,
                 finalize=False,
             )
     diag = {i: dask.delayed(_co_diagonal)(states[i, i]) for i in side}

@@ -28,6 +28,7 @@ from daskbatch.io.outputs import (
     remove_path,
 )
 from daskbatch.io.zarr_store import LAYOUT_ATTR
+from daskbatch.runtime.capacity import rechunk_method
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
@@ -459,7 +460,7 @@ def output_chunk_rows(data: FeatureMatrix, chunk_rows: int | None) -> int:
 def rechunk_rows(x: Any, rows: int) -> Any:
     """Rechunk ``x`` to blocks of ``rows`` rows, the last one shorter (or leave it when it already is)."""
     if any(c != rows for c in x.chunks[0][:-1]) or x.chunks[0][-1] > rows:
-        return x.rechunk({0: rows})
+        return x.rechunk({0: rows}, method=rechunk_method())
     return x
 
 
@@ -470,7 +471,7 @@ def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any,
     x = rechunk_rows(data.x, per)
     y = data.label
     if y is not None and y.chunks[0] != x.chunks[0]:
-        y = y.rechunk({0: per})
+        y = y.rechunk({0: per}, method=rechunk_method())
     return x, y, per
 
 

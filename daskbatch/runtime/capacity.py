@@ -22,7 +22,7 @@ from daskbatch.planning.plan import Resources
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ['active_client', 'cuda_device_count', 'logged_run', 'limited', 'machine_memory_bytes', 'note_pass', 'parse_memory', 'peak_memory', 'process_peak_bytes', 'resources_auto', 'resources_from_client', 'resources_from_machine']
+__all__ = ['active_client', 'cuda_device_count', 'logged_run', 'limited', 'machine_memory_bytes', 'note_pass', 'parse_memory', 'peak_memory', 'process_peak_bytes', 'rechunk_method', 'resources_auto', 'resources_from_client', 'resources_from_machine']
 
 
 @functools.cache
@@ -205,6 +205,15 @@ def local_scheduler() -> Any:
     import dask.threaded  # lazy: dask
 
     return dask.threaded.get
+
+
+def rechunk_method() -> str | None:
+    """``"tasks"`` while no distributed client can exist and none is configured, else None (dask's own choice)."""
+    # dask's rechunk imports distributed to look for a client (about 0.3 s of a fresh process's first describe);
+    # without distributed imported there is none, and dask would choose "tasks".
+    import dask  # lazy: dask
+
+    return None if "distributed" in sys.modules or dask.config.get("array.rechunk.method", None) else "tasks"
 
 
 def resources_auto(*, device: str | None = None) -> Resources:

@@ -36,6 +36,7 @@ from daskbatch.io.rowstore import (
     output_chunk_rows,
     rechunk_rows,
 )
+from daskbatch.runtime.capacity import rechunk_method
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.runtime.runlock import no_interrupt
 from daskbatch.stats.numerics import as_float64, device, namespace, to_numpy
@@ -438,7 +439,7 @@ def transform(
             task_rows = _task_rows(data, per, len(names), out_dtype, device)
             per_task = task_rows // per
             x = rechunk_rows(data.x, task_rows)
-            y = data.label.rechunk((x.chunks[0],)) if data.label is not None else None
+            y = data.label.rechunk((x.chunks[0],), method=rechunk_method()) if data.label is not None else None
             xb = x.to_delayed().ravel()
             yb = y.to_delayed().ravel() if y is not None else [None] * len(xb)
             regions = _regions(todo, per_task)
