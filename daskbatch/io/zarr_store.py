@@ -55,7 +55,7 @@ LAYOUT_ATTR = "daskbatch"
 #: CF attributes of packed values, as xarray writes and decodes them.
 CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
 #: What zarr warns about each object in a group that is no Zarr node (ingest's manifest and done log).
-_FOREIGN_OBJECT = r"Object at .* is not recognized as a component of a Zarr hierarchy"
+FOREIGN_OBJECT = r"Object at .* is not recognized as a component of a Zarr hierarchy"
 
 MissingPolicy = Literal["auto", "raise", "skip", "fill"]
 #: ``auto``: ``fill`` where the writer leaves out chunks of fill values, ``raise`` where it
@@ -278,7 +278,7 @@ def group_arrays(group: zarr.Group, *, max_depth: int | None = None) -> list[tup
 
     _drop_abandoned_member_reads()
     with warnings.catch_warnings():  # files beside the nodes (ingest's manifest) are the writer's own
-        warnings.filterwarnings("ignore", message=_FOREIGN_OBJECT)
+        warnings.filterwarnings("ignore", message=FOREIGN_OBJECT)
         members = list(group.members(max_depth=max_depth))
     return [(name, node) for name, node in members if isinstance(node, zarr.Array)]
 

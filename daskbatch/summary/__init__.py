@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,12 +129,16 @@ def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any, Any]:
         read_states,
         results_digest,
     )
+    from daskbatch.io.zarr_store import FOREIGN_OBJECT  # lazy: dask, zarr
 
     _check_is_summary(where)
     check_bounds(where)
-    # chunks=None: NumPy arrays read as they are loaded, no dask graph over chunks the metadata claims.
-    with xr.open_zarr(zarr_target(where, read_only=True), consolidated=False, chunks=None) as ds:
-        loaded = ds.load()
+    # chunks=None: NumPy arrays read as they are loaded, no dask graph over chunks the metadata claims. Every node
+    # has its zarr.json (_check_is_summary): what else zarr finds is another tool's (.ipynb_checkpoints).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=FOREIGN_OBJECT)
+        with xr.open_zarr(zarr_target(where, read_only=True), consolidated=False, chunks=None) as ds:
+            loaded = ds.load()
     summary, results = Summary.from_xarray(loaded), results_digest(loaded)
     return summary, read_states(where, results, given, summary.n_features), read_profile(where, results)
 
@@ -151,6 +157,9 @@ def _check_is_summary(where: str) -> None:
         ) from None
     marker, version = group.attrs.get(MARKER), group.attrs.get("daskbatch_summary_format")
     arrays = sorted(name for name, _ in group_arrays(group, max_depth=0))  # a row store's log is no node
+    if marker == "summary" and (lost := _folders_without_metadata(where)):
+        raise DataError(f"summary {where}: {', '.join(lost)} {'has' if len(lost) == 1 else 'have'} no zarr.json "
+                        "(its metadata was removed): it was damaged; describe the data again")
     # A Summary.to_xarray() written with xarray has no marker, but its version and per-feature arrays.
     described = "provenance" in group.attrs or version is not None
     unmarked = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
@@ -166,3 +175,25 @@ def _check_is_summary(where: str) -> None:
             f"summary {where}: it has format version {version!r}, this daskbatch reads {FORMAT}; "
             "describe the data again (or use the daskbatch that wrote it)"
         )
+
+
+def _folders_without_metadata(where: str) -> list[str]:
+    """The folders of a local summary that hold no zarr.json, where each of its nodes has one (none from a URL)."""
+    # zarr passes over such a folder with a warning, and the summary would then be refused as changed.
+    if "://" in where:
+        return []
+    lost = []
+    for folder, subfolders, files in os.walk(where):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]  # a tool's own (.ipynb_checkpoints)
+        if "zarr.json" not in files:
+            lost.append(os.path.relpath(folder, where))
+            subfolders.clear()
+            continue
+        try:
+            with open(os.path.join(folder, "zarr.json")) as f:
+                array = json.load(f).get("node_type") == "array"
+        except (OSError, ValueError, AttributeError):  # a damaged one: the reads that follow name it
+            array = True
+        if array:  # the folders of its chunks are no nodes
+            subfolders.clear()
+    return sorted(lost)

@@ -127,3 +127,22 @@ def test_two_damaged_zarr_json_are_one_line_without_zarrs_tracebacks(summary: pa
     assert code == 2, err[-3000:]
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: summary {summary}") and "damaged" in lines[0], err[-3000:]
+
+
+def test_a_removed_zarr_json_is_named_in_one_line(summary: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    # zarr passed over a folder without its zarr.json with a ZarrUserWarning on stderr, and the summary was
+    # then refused as "copied from another summary or changed".
+    (summary / "mean" / "zarr.json").unlink()
+    (summary / "states" / "moments" / "n" / "zarr.json").unlink()
+    code, err, _ = _select(summary, tmp_path)
+    assert code == 2, err[-3000:]
+    assert err.strip().splitlines() == [
+        f"error: summary {summary}: mean, states/moments/n have no zarr.json (its metadata was removed): "
+        "it was damaged; describe the data again"
+    ], err[-3000:]
+
+
+def test_a_tools_hidden_folder_in_a_summary_is_left_alone(summary: pathlib.Path) -> None:
+    (summary / ".ipynb_checkpoints").mkdir()  # JupyterLab's, after a file there was opened
+    loaded = db.load_summary(summary)
+    assert loaded.n_features == 3
