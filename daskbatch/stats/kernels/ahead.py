@@ -239,13 +239,14 @@ def _counts_later(stat: Any) -> bool:
 
 
 def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
-    """Compile an unweighted sketch's loops against its chunk's order: its tails, then its grid (the chunk: the rest).
+    """Compile an unweighted sketch's loops against its chunk's order: tails, grid, distinct values (the chunk: the rest).
 
-    Within a sketch both processes would otherwise take its loops in the same order, the parent waiting on each.
+    Within a sketch both processes would otherwise take its loops in the same order, the parent waiting on each:
+    where the helper reached the sketch's last loops as the parent began its first, the parent waited on both.
     """
     from daskbatch.stats.kernels._numba_sketch import tail_replay  # lazy: numba
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
-    from daskbatch.stats.sketch_distinct import grid_chunk  # lazy: they import the kernels
+    from daskbatch.stats.sketch_distinct import compiled_distinct, grid_chunk  # lazy: they import the kernels
     from daskbatch.stats.sketch_tails import tail_bounds, tail_layout  # lazy: the kernels
 
     k = sketch.tail_values
@@ -258,6 +259,7 @@ def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
         tail_replay(data, lut, block, np.empty((fine.shape[1] // 2, k)), 0, fine)
     features = x.shape[1]  # extrema of [0, 1]: any finite ones take the same loop (with the tails' block minima)
     grid_chunk(x, np.zeros(features), np.ones(features), sketch.grid_bins, None, np.dtype(sketch.count_dtype), blocks)
+    compiled_distinct(x, sketch.values_kept, None)
 
 
 def _later_histogram(x: np.ndarray, weights: np.ndarray | None) -> None:
