@@ -246,7 +246,10 @@ def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
     """
     from daskbatch.stats.kernels._numba_sketch import tail_replay  # lazy: numba
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
-    from daskbatch.stats.sketch_distinct import compiled_distinct, grid_chunk  # lazy: they import the kernels
+    from daskbatch.stats.sketch_distinct import (  # lazy: they import the kernels
+        compiled_distinct,
+        grid_chunk,
+    )
     from daskbatch.stats.sketch_tails import tail_bounds, tail_layout  # lazy: the kernels
 
     k = sketch.tail_values
