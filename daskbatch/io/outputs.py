@@ -459,7 +459,8 @@ def flush_row_blocks(arr: Any, first: int, stop: int) -> None:  # numpydoc ignor
 
 def _fsync(path: str) -> None:
     """Flush the file or folder ``path`` to the disk."""
-    fd = os.open(path, os.O_RDONLY)
+    # Windows flushes only a file opened for writing (and opens no folder: the caller passes over that).
+    fd = os.open(path, os.O_RDWR if os.name == "nt" else os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
