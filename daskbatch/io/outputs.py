@@ -465,4 +465,3 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
