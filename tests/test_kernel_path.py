@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine import fingerprint, planner, reduce
+from daskbatch.engine import fingerprint, reduce
 from daskbatch.engine.fingerprint import setting_items
 from daskbatch.engine.reduce import Staged
 from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, Sketch, kernels
@@ -38,7 +38,7 @@ def answers(monkeypatch: pytest.MonkeyPatch) -> list[KernelPath]:
         seen.append(got)
         return got
 
-    for owner in (path, kernels, reduce, planner, fingerprint):
+    for owner in (path, kernels, reduce, fingerprint):  # the planner asks path.kernel_path
         monkeypatch.setattr(owner, "kernel_path", spy)
     return seen
 
