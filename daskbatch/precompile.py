@@ -129,7 +129,6 @@ def _load_kernels(x_dtype: str, label_dtype: str | None) -> None:
         prepare_kernels(x_dtype, label_dtype, echo=lambda text: None)
 
 
-
 @contextlib.contextmanager
 def quieter(name: str, level: int) -> Iterator[None]:  # numpydoc ignore=PR01,YD01
     """Logger ``name`` at ``level`` for the block, then at its own level again."""
