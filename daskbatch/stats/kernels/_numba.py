@@ -91,15 +91,24 @@ def _wait_for(try_lock: Callable[[], None]) -> bool:
 
 def _compiler(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     """numba's ``njit`` with ``options``, its compiles shared with a helper process on a cold cache (see ahead)."""
-    compile_with = numba.njit(nogil=True, cache=True, **options)
+    # No C callback wrapper: nothing takes a kernel's address, and each wrapper cost the first call a compile.
+    # (numba's typing stubs do not list it: passed through a dict.)
+    settings: dict[str, Any] = {"nogil": True, "cache": True, "no_cfunc_wrapper": True, **options}
+    compile_with = numba.njit(**settings)
     return lambda function: shared(compile_with(function))
 
 
 _jit = _compiler()
+# The small helpers of the kernels: numba copies them into each caller before typing it. A helper
+# that is a function of its own costs the first call a whole compile (typing, lowering, wrappers,
+# machine code, a cache file) for each of its signatures; copied, the same bits cost about 12 %
+# less compile time in all (benchmarks/RESULTS.md, session 23). A helper inlined into a caller of
+# the other error model takes the caller's: none divides by a number that can be zero.
 _jit_inline = _compiler(inline="always")
 # NumPy's error model drops numba's division-by-zero checks, whose branch keeps
 # a loop from vectorising; for kernels whose divisors cannot be zero.
 _jit_nocheck = _compiler(error_model="numpy")
+_jit_nocheck_inline = _compiler(error_model="numpy", inline="always")
 
 
 def _load(v, lut):  # noqa: ANN001, ANN202 - numba overload stub
@@ -143,7 +152,7 @@ def _fourth_power_impl(w, wdev, dev):  # noqa: ANN001, ANN202
     return lambda w, wdev, dev: wdev * dev * dev * dev
 
 
-@_jit
+@_jit_inline
 def _finite(v: float) -> bool:
     # One compare that is False for NaN and ±inf, and vectorises.
     return abs(v) < np.inf

@@ -313,7 +313,7 @@ def _class_block_fast(x, lut, weights, codes, i0, i1, count, shift, total, rows_
                 count[k, j] += wi
 
 
-@_jit
+@_jit_inline
 def _copy_sums(total, count, to_total, to_count, with_count):  # noqa: ANN001, ANN202
     """Copy ``total`` (and ``count`` when ``with_count``) into ``to_*`` element by element."""
     # Loops, not `to_total[:] = total`: numba's array assignment compiles a shape-mismatch

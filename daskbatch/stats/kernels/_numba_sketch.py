@@ -9,10 +9,18 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from daskbatch.stats.kernels._numba import _finite, _jit, _jit_nocheck, _load, _weight
+from daskbatch.stats.kernels._numba import (
+    _finite,
+    _jit,
+    _jit_inline,
+    _jit_nocheck,
+    _jit_nocheck_inline,
+    _load,
+    _weight,
+)
 
 
-@_jit
+@_jit_inline
 def _clamped_key(q, lo_key, hi_key):  # noqa: ANN001, ANN202
     """``ceil(q)`` clamped to ``[lo_key, hi_key]``, less ``lo_key`` (float64)."""
     key = np.ceil(q)
@@ -20,7 +28,7 @@ def _clamped_key(q, lo_key, hi_key):  # noqa: ANN001, ANN202
     return (key if key > lo_key else lo_key) - lo_key
 
 
-@_jit
+@_jit_inline
 def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
     """Bucket key less ``lo_key`` of the magnitude ``a``, the expression of :meth:`daskbatch.stats.sketch.Sketch.slots`."""
     return _clamped_key(np.log(a) / ln_gamma, lo_key, hi_key)
@@ -64,7 +72,7 @@ _SQRT2 = math.sqrt(2.0)
 _LN2 = math.log(2.0)
 
 
-@_jit_nocheck
+@_jit_nocheck_inline
 def fast_log(a):  # noqa: ANN001, ANN201
     """``log a`` within :data:`FAST_LOG_ERROR` for a normal float64 ``a > 0``, without a call (it vectorises)."""
     b = _as_bits(a)
@@ -78,7 +86,7 @@ def fast_log(a):  # noqa: ANN001, ANN201
     return e * _LN2 + t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9)))))
 
 
-@_jit
+@_jit_inline
 def _sketch_code(v, key, bucketed, n):  # noqa: ANN001, ANN202
     """Code of a value: its key (negative), ``n`` + key (positive), ``2n`` + 0..3 (-inf, zero or tiny, +inf, NaN)."""
     c = key + n if v > 0.0 else key
@@ -89,7 +97,7 @@ def _sketch_code(v, key, bucketed, n):  # noqa: ANN001, ANN202
     return np.int64(c)
 
 
-@_jit
+@_jit_inline
 def _sketch_shift(buf, by, w):  # noqa: ANN001, ANN202
     """Move the window's first key up by ``by``: counts move down ``by`` columns, those below column 0 add into it."""
     if by > 0:
@@ -109,7 +117,7 @@ def _sketch_shift(buf, by, w):  # noqa: ANN001, ANN202
             buf[i] = 0
 
 
-@_jit
+@_jit_inline
 def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001, ANN202
     """Count ``key`` (add ``wi``), outside the window ``buf`` (first key ``offset[side]``): move the window to hold it."""
     # While a chunk is counted, a window that is not collapsed may sit anywhere
@@ -138,7 +146,7 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001
     buf[max(key - new, 0)] += wi
 
 
-@_jit
+@_jit_inline
 def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001, ANN202
     """Count one row's codes (:func:`_sketch_code`) into the windows, adding ``wi`` (its weight, or 1) for each."""
     # A key outside its window moves the window.
@@ -158,14 +166,14 @@ def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001,
             _sketch_rebase(counts[j, side * w : (side + 1) * w], offset[j], collapsed[j], side, key, n, w, wi)
 
 
-@_jit
+@_jit_inline
 def _sketch_start(offset, collapsed, n):  # noqa: ANN001, ANN202
     """Empty windows: every offset ``n`` (the empty mark), nothing collapsed."""
     offset[:] = n
     collapsed[:] = 0
 
 
-@_jit
+@_jit_inline
 def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
     """Put every window at its canonical first key: the lowest populated one, at most ``n - w`` (collapsed ones are)."""
     for j in range(counts.shape[0]):
@@ -207,7 +215,7 @@ def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, count
     return fmin, fmax
 
 
-@_jit
+@_jit_inline
 def _sketch_top(c, o, j, side, w):  # noqa: ANN001, ANN202
     """Largest populated key of feature ``j``'s window ``side`` in counts ``c`` and offsets ``o``; -1 when empty."""
     last = w - 1
@@ -216,7 +224,7 @@ def _sketch_top(c, o, j, side, w):  # noqa: ANN001, ANN202
     return o[j, side] + last if last >= 0 else -1
 
 
-@_jit
+@_jit_inline
 def _sketch_merge_into(c, o, j, side, new, w, out):  # noqa: ANN001, ANN202
     """Add feature ``j``'s window ``side`` of ``c`` (first key ``o[j, side]``) to ``out``'s, whose first key is ``new``."""
     base = side * w
@@ -247,7 +255,7 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
             out[j, i] = ca[j, i] + cb[j, i]
 
 
-@_jit_nocheck
+@_jit_nocheck_inline
 def _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, band, code):  # noqa: ANN001, ANN202
     """Key again with the reference log the values of row ``i`` within ``band`` keys of a boundary, into ``code``."""
     # Found again rather than marked in the vectorised loop, which would cost a store per value;
@@ -341,7 +349,7 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     return fmin, fmax
 
 
-@_jit
+@_jit_inline
 def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
     """Put ``v`` in place of the largest value of the max-heap ``h[j]`` and sift it down."""
     k = h.shape[1]
@@ -360,7 +368,7 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
 
 
 
-@_jit
+@_jit_inline
 def _tail_row(x, lut, i, low, neg, low2, neg2):  # noqa: ANN001, ANN202
     """Take row ``i`` into the least and second least finite values of the columns ``x`` and ``-x`` so far."""
     for j in range(x.shape[1]):  # branch-free, so that it vectorises
@@ -368,7 +376,7 @@ def _tail_row(x, lut, i, low, neg, low2, neg2):  # noqa: ANN001, ANN202
         _tail_take(v, _finite(v), j, low, neg, low2, neg2)
 
 
-@_jit
+@_jit_inline
 def _tail_take(v, fin, j, low, neg, low2, neg2):  # noqa: ANN001, ANN202
     """Take the value ``v`` of column ``j`` (``fin``: it is finite) into the least values of ``x`` and ``-x``."""
     u = v if fin else np.inf
@@ -379,7 +387,7 @@ def _tail_take(v, fin, j, low, neg, low2, neg2):  # noqa: ANN001, ANN202
     neg[j] = min(neg[j], u)
 
 
-@_jit
+@_jit_inline
 def _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse):  # noqa: ANN001, ANN202
     """Store block ``f``'s least values in ``fine`` and ``coarse``, and start the next block's."""
     d = low.size
@@ -391,7 +399,7 @@ def _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse):  # noqa: ANN001, 
     _tail_start(low, neg, low2, neg2)
 
 
-@_jit
+@_jit_inline
 def _tail_start(low, neg, low2, neg2):  # noqa: ANN001, ANN202
     """Start a block: no least values yet (+inf)."""
     for j in range(low.size):

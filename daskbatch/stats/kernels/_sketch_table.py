@@ -7,7 +7,14 @@ import math
 
 import numpy as np
 
-from daskbatch.stats.kernels._numba import _finite, _jit, _jit_nocheck, _load, _weight
+from daskbatch.stats.kernels._numba import (
+    _finite,
+    _jit,
+    _jit_nocheck,
+    _jit_nocheck_inline,
+    _load,
+    _weight,
+)
 from daskbatch.stats.kernels._numba_sketch import (
     _as_bits,
     _sketch_add_row,
@@ -119,7 +126,7 @@ def folded_table(
     return ((out >> 32) << 32) | np.where(step == _NEVER, 0, (1 << 32) - step), shift
 
 
-@_jit_nocheck
+@_jit_nocheck_inline
 def _code_f32(u, table, shift, min_bits, n):  # noqa: ANN001, ANN202
     """Code of the float32 with bits ``u``, as :func:`~daskbatch.stats.kernels._numba_sketch._sketch_code`."""
     # Unsigned, so that indexing with it needs no wraparound of negative indices.
@@ -193,7 +200,7 @@ def sketch_counts_all_f32(
     return fmin.astype(np.float64), fmax.astype(np.float64)
 
 
-@_jit_nocheck
+@_jit_nocheck_inline
 def _code_folded(b, table, shift):  # noqa: ANN001, ANN202
     """The code of the float32 with bits ``b`` from :func:`folded_table` (not for its rare patterns)."""
     # Unsigned, so that indexing with it needs no wraparound of negative indices.
@@ -312,7 +319,7 @@ def distinct_counts(
         counts[j, : held[j]] = counts[j, : held[j]][order]
 
 
-@_jit_nocheck
+@_jit_nocheck_inline
 def _grid_scales(step, scale):  # noqa: ANN001, ANN202
     """Fill ``scale`` with each feature's normal ``2**-step`` (0.0 where it is none); whether all are."""
     exact = True
@@ -322,7 +329,7 @@ def _grid_scales(step, scale):  # noqa: ANN001, ANN202
     return exact
 
 
-@_jit_nocheck
+@_jit_nocheck_inline
 def _grid_slot(scaled, fin, first, start, width):  # noqa: ANN001, ANN202
     """Index in the flat grid counts (the feature's from ``start``) of a value scaled by ``2**-step``; -1 when not ``fin``."""
     b = np.int64(math.floor(scaled if fin else 0.0)) - first
