@@ -67,6 +67,26 @@ def test_machine_memory_is_dasks_cgroup_aware_limit():
     assert 0 < machine_memory_bytes() <= psutil.virtual_memory().total
 
 
+def test_every_rechunk_in_daskbatch_names_its_method() -> None:
+    """Each ``.rechunk(`` passes ``method=rechunk_method()``: without it dask imports distributed to choose one.
+
+    The test above runs the describe path; this one covers the rechunks of transforms, row stores and checkpoints.
+    """
+    import ast
+    import pathlib
+
+    import daskbatch
+
+    root = pathlib.Path(daskbatch.__file__).parent
+    missing = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "rechunk"
+                    and "method" not in {k.arg for k in node.keywords}):
+                missing.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not missing, missing
+
+
 def test_an_in_process_describe_does_not_import_distributed(tmp_path) -> None:
     """Without a client nothing needs distributed (importing it is ~0.3 s of every fresh process); the memory is its.
 
