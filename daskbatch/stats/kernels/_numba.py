@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import os
 import threading
 import time
@@ -13,7 +14,8 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types
-from numba.extending import overload
+from numba.core.typing import signature
+from numba.extending import intrinsic
 
 #: Rows per block of partial sums.
 BLOCK = 128
@@ -111,45 +113,66 @@ _jit_nocheck = _compiler(error_model="numpy")
 _jit_nocheck_inline = _compiler(error_model="numpy", inline="always")
 
 
-def _load(v, lut):  # noqa: ANN001, ANN202 - numba overload stub
-    """``v`` as float64; ``lut`` is None, or the float16 table when ``v`` holds float16 bits."""
-    raise NotImplementedError("only callable from compiled code")
+# The three below are intrinsics: numba emits their few instructions into each caller as it lowers it. As
+# overloads, each signature of each was a compile of its own on a cold cache (~4 % of the first call's compile).
+# Their instructions are those numba emits for the Python expressions in their docstrings: the same bits.
 
 
-@overload(_load)
-def _load_impl(v, lut):  # noqa: ANN001, ANN202
+@intrinsic
+def _load(typingctx, v, lut):  # noqa: ANN001, ANN202
+    """``np.float64(v)``, or ``lut[v]`` when ``lut`` is the float16 table and ``v`` a float16's bits."""
     # Chosen at compile time from the type of `lut`: numba has no float16 arrays,
     # so float16 chunks arrive as their uint16 bits plus a 65536-entry table.
     if isinstance(lut, types.NoneType):
-        return lambda v, lut: np.float64(v)
-    return lambda v, lut: lut[v]
+        def cast(context, builder, sig, args):  # noqa: ANN001, ANN202
+            return context.cast(builder, args[0], sig.args[0], types.float64)
+
+        return types.float64(v, lut), cast
+    return lut.dtype(v, lut), _element(lut, v, swap=True)
 
 
-def _weight(w, i):  # noqa: ANN001, ANN202 - numba overload stub
-    """The weight of row ``i``: 1 when ``w`` is None (unweighted counts), else ``w[i]``."""
-    raise NotImplementedError("only callable from compiled code")
-
-
-@overload(_weight)
-def _weight_impl(w, i):  # noqa: ANN001, ANN202
+@intrinsic
+def _weight(typingctx, w, i):  # noqa: ANN001, ANN202
+    """The weight of row ``i``: ``w[i]``, or the integer 1 when ``w`` is None (unweighted counts: ``1 * x`` is ``x``)."""
     # Chosen at compile time from the type of `w`: without weights the loop is the unweighted one.
     if isinstance(w, types.NoneType):
-        return lambda w, i: 1
-    return lambda w, i: w[i]
+        def one(context, builder, sig, args):  # noqa: ANN001, ANN202
+            return context.get_constant(types.int64, 1)
+
+        return types.int64(w, i), one
+    return w.dtype(w, i), _element(w, i, swap=False)
 
 
-def _fourth_power(w, wdev, dev):  # noqa: ANN001, ANN202 - numba overload stub
-    """``w * dev**4`` from ``wdev = w * dev``, rounded as the moments kernel always has (``(dev**2)**2`` unweighted)."""
-    raise NotImplementedError("only callable from compiled code")
+def _element(array: Any, index: Any, *, swap: bool) -> Callable[..., Any]:
+    """The codegen of ``array[index]`` (numba's own indexing), the array being the second argument when ``swap``."""
+    getitem = signature(array.dtype, array, index)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        arr, at = (args[1], args[0]) if swap else (args[0], args[1])
+        return context.get_function(operator.getitem, getitem)(builder, (arr, at))
+
+    return codegen
 
 
-@overload(_fourth_power)
-def _fourth_power_impl(w, wdev, dev):  # noqa: ANN001, ANN202
-    # Two roundings of one power: unweighted (dev*dev)*(dev*dev), weighted ((w*dev)*dev*dev)*dev;
-    # chosen at compile time so that neither kernel's bits change.
-    if isinstance(w, types.NoneType):
-        return lambda w, wdev, dev: (dev * dev) * (dev * dev)
-    return lambda w, wdev, dev: wdev * dev * dev * dev
+@intrinsic
+def _fourth_power(typingctx, w, wdev, dev):  # noqa: ANN001, ANN202
+    """``w * dev**4`` from ``wdev = w * dev``: ``(dev * dev) * (dev * dev)`` unweighted, ``wdev * dev * dev * dev`` weighted."""
+    # Two roundings of one power, as the moments kernel always had them; chosen at compile time so that neither
+    # kernel's bits change.
+    if wdev != types.float64 or dev != types.float64:
+        return None
+    times = signature(types.float64, types.float64, types.float64)
+    unweighted = isinstance(w, types.NoneType)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        mul = context.get_function(operator.mul, times)
+        _, wdev, dev = args
+        if unweighted:
+            square = mul(builder, (dev, dev))
+            return mul(builder, (square, square))
+        return mul(builder, (mul(builder, (mul(builder, (wdev, dev)), dev)), dev))
+
+    return types.float64(w, wdev, dev), codegen
 
 
 @_jit_inline

@@ -3,64 +3,57 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import types
-from numba.extending import overload
 
-from daskbatch.stats.kernels._numba import _jit, _load, _weight
+from daskbatch.stats.kernels._numba import _jit, _jit_inline, _load, _weight
 
 #: 2**63: a float floor at or beyond it (or NaN) became int64's INT_MIN in the former ``math.floor`` slot.
 _INT_LIMIT = 2.0**63
 
 
-def _slot(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202 - numba overload stub
-    """The slot of ``v`` less one (-1 under, ``bins`` over, ``bins + 1`` NaN), as a float; ``ranged`` picks the loop."""
-    raise NotImplementedError("only callable from compiled code")
+# The slot of ``v`` less one (-1 under, ``bins`` over, ``bins + 1`` NaN), as a float. _count_rows picks one of the
+# two at compile time from the type of its ``ranged``: None for any range, True where _ranged() holds; both give the
+# former loop's slot bit for bit (tests/test_histogram_fast.py), the second cheaper.
 
 
-@overload(_slot)
-def _slot_impl(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
-    # Chosen at compile time from the type of `ranged`: None for any range, True where _ranged() holds;
-    # both give the former loop's slot bit for bit (tests/test_histogram_fast.py), the second cheaper.
-    if isinstance(ranged, types.NoneType):
+@_jit_inline
+def _slot_any_range(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
+    """The slot of ``v`` less one, for any range."""
+    top = float(bins - 1)
+    # np.floor, not math.floor: the latter's int64 result (the x86 "indefinite"
+    # INT_MIN for NaN, ±inf and beyond ±2**63, clipped to 0 below) keeps the loop
+    # scalar; the float expression gives the same slot for every value.
+    f = np.floor((v - lo) * scale)
+    f = f if abs(f) < _INT_LIMIT else 0.0  # where math.floor gave INT_MIN (NaN included)
+    f = f if f < top else top
+    f = f if f > 0.0 else 0.0
+    f = f - 1.0 if v < f * step + lo else f
+    f = f + 1.0 if (v >= (f + 1.0) * step + lo) & (f < top) else f
+    f = -1.0 if v < lo else f
+    f = float(bins) if v > hi else f
+    return float(bins + 1) if v != v else f
 
-        def general(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
-            top = float(bins - 1)
-            # np.floor, not math.floor: the latter's int64 result (the x86 "indefinite"
-            # INT_MIN for NaN, ±inf and beyond ±2**63, clipped to 0 below) keeps the loop
-            # scalar; the float expression gives the same slot for every value.
-            f = np.floor((v - lo) * scale)
-            f = f if abs(f) < _INT_LIMIT else 0.0  # where math.floor gave INT_MIN (NaN included)
-            f = f if f < top else top
-            f = f if f > 0.0 else 0.0
-            f = f - 1.0 if v < f * step + lo else f
-            f = f + 1.0 if (v >= (f + 1.0) * step + lo) & (f < top) else f
-            f = -1.0 if v < lo else f
-            f = float(bins) if v > hi else f
-            return float(bins + 1) if v != v else f
 
-        return general
-
-    def fast(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
-        top = float(bins - 1)
-        # (v - lo) * scale < 2**63 for v <= hi (_ranged), so the INT_MIN guard never
-        # fires there; above hi or at NaN the last two lines overwrite f anyway.
-        f = np.floor((v - lo) * scale)
-        f = f if f < top else top
-        f = f if f > 0.0 else 0.0
-        # Both edges from the unsettled f: when v moves down it is below edge f, which
-        # is what the former loop's second test compared it with, so it cannot move up.
-        # No test for v < lo: there f is 0 and edge 0 is lo (0 * step is +0), so v moves to -1.
-        e0 = f * step + lo
-        e1 = (f + 1.0) * step + lo
-        f = f - 1.0 if v < e0 else (f + 1.0 if (v >= e1) & (f < top) else f)
-        f = float(bins) if v > hi else f
-        return float(bins + 1) if v != v else f
-
-    return fast
+@_jit_inline
+def _slot_in_range(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
+    """The slot of ``v`` less one, where :func:`_ranged` holds."""
+    top = float(bins - 1)
+    # (v - lo) * scale < 2**63 for v <= hi (_ranged), so the INT_MIN guard never
+    # fires there; above hi or at NaN the last two lines overwrite f anyway.
+    f = np.floor((v - lo) * scale)
+    f = f if f < top else top
+    f = f if f > 0.0 else 0.0
+    # Both edges from the unsettled f: when v moves down it is below edge f, which
+    # is what the former loop's second test compared it with, so it cannot move up.
+    # No test for v < lo: there f is 0 and edge 0 is lo (0 * step is +0), so v moves to -1.
+    e0 = f * step + lo
+    e1 = (f + 1.0) * step + lo
+    f = f - 1.0 if v < e0 else (f + 1.0 if (v >= e1) & (f < top) else f)
+    f = float(bins) if v > hi else f
+    return float(bins + 1) if v != v else f
 
 
 def _ranged(lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray) -> bool:
-    """Whether every feature's range lets :func:`_slot` drop the guards of the former loop (see there)."""
+    """Whether every feature's range lets :func:`_slot_in_range` drop the guards of :func:`_slot_any_range`."""
     # In NumPy, not compiled: D values, and one compile fewer on the first call. The comparisons
     # are written so that NaN fails every test.
     with np.errstate(all="ignore"):  # inf - inf, inf * 0: NaN, which fails below
@@ -84,7 +77,11 @@ def _count_rows(x, lut, lo, hi, step, scale, bins, classes, labelled, labels, co
         for g in range(grids):
             kf, b = classes[g], bins[g]
             for j in range(d):
-                f = _slot(row[j], lo[g, j], hi[g, j], step[g, j], scale[g, j], b, ranged)
+                # Decided as numba compiles: it drops the branch that the type of `ranged` rules out.
+                if ranged is None:
+                    f = _slot_any_range(row[j], lo[g, j], hi[g, j], step[g, j], scale[g, j], b)
+                else:
+                    f = _slot_in_range(row[j], lo[g, j], hi[g, j], step[g, j], scale[g, j], b)
                 slot[g, j] = np.uint64(f * kf + base[g, j])
         # ... then one scattered increment per value and grid, in the class column of the grids split by label.
         k = np.uint64(labels[i] if by_label else 0)
@@ -121,7 +118,7 @@ def count_grids(
     grid_bins = np.asarray(bins, dtype=np.int64)
     classes = np.asarray(n_classes, dtype=np.int64)
     sizes = d * (grid_bins + 3) * classes
-    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there, after the grids
+    # Flat index of slot 0 (under) of feature j, plus K for the -1 that the slot loops return there, after the grids
     # before. The index is then one float multiply-add and one conversion, exact below 2**53 (far beyond any
     # counts array), instead of two 64-bit integer multiplies per value.
     offsets = np.cumsum(sizes) - sizes
