@@ -128,7 +128,7 @@ def _load(typingctx, v, lut):  # noqa: ANN001, ANN202
             return context.cast(builder, args[0], sig.args[0], types.float64)
 
         return types.float64(v, lut), cast
-    return lut.dtype(v, lut), _element(lut, v, swap=True)
+    return lut.dtype(v, lut), _element(lut, v, array_arg=1)
 
 
 @intrinsic
@@ -140,15 +140,15 @@ def _weight(typingctx, w, i):  # noqa: ANN001, ANN202
             return context.get_constant(types.int64, 1)
 
         return types.int64(w, i), one
-    return w.dtype(w, i), _element(w, i, swap=False)
+    return w.dtype(w, i), _element(w, i, array_arg=0)
 
 
-def _element(array: Any, index: Any, *, swap: bool) -> Callable[..., Any]:
-    """The codegen of ``array[index]`` (numba's own indexing), the array being the second argument when ``swap``."""
+def _element(array: Any, index: Any, *, array_arg: int) -> Callable[..., Any]:
+    """The codegen of ``array[index]`` (numba's own indexing) for an intrinsic of two arguments, ``array_arg`` the array's."""
     getitem = signature(array.dtype, array, index)
 
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        arr, at = (args[1], args[0]) if swap else (args[0], args[1])
+        arr, at = args[array_arg], args[1 - array_arg]
         return context.get_function(operator.getitem, getitem)(builder, (arr, at))
 
     return codegen
