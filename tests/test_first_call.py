@@ -67,11 +67,26 @@ def test_a_new_install_compiles_each_kernel_once_and_the_demo_workers_nothing(tm
     assert not [name for name in warm_up if "raise_with_shape" in name or "quicksort" in name], warm_up
     # The kernels' small helpers are copied into their callers: none is a compile of its own (each was a whole
     # compile: the helpers took ~12 % of the first call's compile time).
-    helpers = ("_finite", "_copy_sums", "_tail_take", "_tail_block_end", "_tail_start", "_grid_scales", "_grid_slot",
-               "_code_folded", "_sketch_key", "_clamped_key", "_heap_replace", "_slot_any_range", "_slot_in_range")
+    helpers = _inlined_helpers()  # every one, so that a new helper is checked too; at least these:
+    assert {"_finite", "_copy_sums", "_tail_take", "_tail_block_end", "_tail_start", "_grid_scales", "_grid_slot",
+            "_code_folded", "_sketch_key", "_clamped_key", "_heap_replace", "_slot_any_range",
+            "_slot_in_range"} <= helpers, helpers
     assert not [name for name in warm_up if name.split(".")[0] in helpers], warm_up
     # Nor is the element load, the row weight or the fourth power: intrinsics, emitted into their callers (as
     # overloads, each signature was a compile of its own lambda).
     assert not [name for name in warm_up if "<lambda>" in name], warm_up
     # The demo's warm-up left nothing for its workers to compile.
     assert found["describe"] == {}, found["describe"]
+
+
+def _inlined_helpers() -> set[str]:
+    """The names of the CPU kernels' helpers that numba copies into their callers (``inline="always"``)."""
+    import importlib
+
+    from daskbatch.stats import kernels
+
+    where = pathlib.Path(kernels.__file__).parent
+    modules = [importlib.import_module(f"daskbatch.stats.kernels.{path.stem}")
+               for pattern in ("_numba*.py", "_sketch_table.py") for path in where.glob(pattern)]
+    return {name for module in modules for name, f in vars(module).items()
+            if getattr(f, "targetoptions", {}).get("inline") == "always"}
