@@ -146,7 +146,10 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001
     buf[max(key - new, 0)] += wi
 
 
-@_jit_inline
+# The windows' steps below are functions of their own, not copied into their callers: their
+# arguments (codes, counts) do not depend on the input's dtype, so each compiles once per count
+# dtype, where copied into sketch_counts they compiled again for every input dtype (about 3 s each).
+@_jit
 def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001, ANN202
     """Count one row's codes (:func:`_sketch_code`) into the windows, adding ``wi`` (its weight, or 1) for each."""
     # A key outside its window moves the window.
@@ -166,14 +169,14 @@ def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001,
             _sketch_rebase(counts[j, side * w : (side + 1) * w], offset[j], collapsed[j], side, key, n, w, wi)
 
 
-@_jit_inline
+@_jit
 def _sketch_start(offset, collapsed, n):  # noqa: ANN001, ANN202
     """Empty windows: every offset ``n`` (the empty mark), nothing collapsed."""
     offset[:] = n
     collapsed[:] = 0
 
 
-@_jit_inline
+@_jit
 def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
     """Put every window at its canonical first key: the lowest populated one, at most ``n - w`` (collapsed ones are)."""
     for j in range(counts.shape[0]):
