@@ -908,7 +908,9 @@ def test_job_writes_every_output_to_the_bucket_and_nothing_on_the_local_disk(
     tmp.mkdir()
     outputs = {"dir": bucket.url("run"), "selection": selection, "transform": None}
     job = _job_file(tmp_path, store, outputs)
-    for _ in range(2):  # the second run replaces its own outputs, as on a local disk
+    # With a selection, a second run replaces its own outputs, as on a local disk (each kind of file
+    # once: without one, the summary and the report are those of the other cases).
+    for _ in range(1 if selection is None else 2):
         done = _run_job(job, cwd, tmp, bucket.env)
         assert done.returncode == 0, done.stderr
         assert _local_files(cwd, tmp) == []
