@@ -201,8 +201,8 @@ def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: SketchLayout) 
     for side, (lo_slot, hi_slot) in enumerate(((1, n), (n + 2, 2 * n + 1))):
         mask = held & (slots >= lo_slot) & (slots <= hi_slot)
         # initial=: a sketch of no finite value (every feature all NaN) has no columns at all.
-        first = np.min(np.where(mask, slots, big), axis=1, initial=big)
-        last = np.max(np.where(mask, slots, -1), axis=1, initial=-1)
+        first = np.min(slots, axis=1, where=mask, initial=big)  # where=: no (D, L) int64 copy per side
+        last = np.max(slots, axis=1, where=mask, initial=-1)
         full = (last >= 0) & (last - first >= sketch.buckets_kept - 1)
         # The smallest magnitude: the last negative slot (key n - slot), the first positive one.
         key = (n - last) if side == 0 else (first - (n + 2))
