@@ -148,7 +148,8 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001
 
 # The windows' steps below are functions of their own, not copied into their callers: their
 # arguments (codes, counts) do not depend on the input's dtype, so each compiles once per count
-# dtype, where copied into sketch_counts they compiled again for every input dtype (about 3 s each).
+# dtype. Copied, they were compiled again into every input dtype's sketch_counts (3.2 s a
+# signature, 1.3 s without them; benchmarks/RESULTS.md, session 24).
 @_jit
 def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001, ANN202
     """Count one row's codes (:func:`_sketch_code`) into the windows, adding ``wi`` (its weight, or 1) for each."""
