@@ -181,21 +181,25 @@ def least_cpu(steps: dict[str, tuple[float, float]], rows: int, chunk_rows: int)
 
 
 #: The loop modules that ``--against`` compares, and their kernels timed.
-AGAINST = ("_numba_histogram", "_numba_sketch", "_numba_moments")
+AGAINST = ("_numba_histogram", "_numba_sketch", "_sketch_table", "_numba_moments")
 
 
 def _kernel_modules(root: Path, tag: str, scratch: Path) -> dict[str, Any]:
     """The loop modules of :data:`AGAINST` from checkout ``root``, imported as ``<tag>_<name>``.
 
     Copied into ``scratch`` first: numba caches next to the file, and the other checkout may be read-only.
+    A module's imports of the others point to the copies of the same checkout (numba inlines helpers
+    across modules).
     """
     import importlib.util
-    import shutil
 
     out = {}
     for name in AGAINST:
         path = scratch / f"{tag}{name}.py"
-        shutil.copy(root / "daskbatch" / "stats" / "kernels" / f"{name}.py", path)
+        text = (root / "daskbatch" / "stats" / "kernels" / f"{name}.py").read_text()
+        for other in AGAINST:
+            text = text.replace(f"from daskbatch.stats.kernels.{other} import", f"from {tag}{other} import")
+        path.write_text(text)
         spec = importlib.util.spec_from_file_location(f"{tag}{name}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -213,6 +217,9 @@ def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple
 
     from daskbatch.stats import Sketch
     from daskbatch.stats.histogram import QUANTILE_BINS
+    from daskbatch.stats.sketch_distinct import _grid_steps as grid_steps
+    from daskbatch.stats.sketch_distinct import grid_bins
+    from daskbatch.stats.sketch_tails import tail_layout
 
     b = np.asarray(zarr.open_array(str(store / "X"), mode="r")[:rows])
     lab = np.asarray(zarr.open_array(str(store / "y"), mode="r")[:rows])
@@ -234,6 +241,20 @@ def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple
         extrema = m.sketch_counts_all(b, None, sk.ln_gamma, sk.min_magnitude, k_min, k_max, n, counts, offset, None)
         return (counts, offset, *extrema)
 
+    def sketch_f32(m: Any) -> tuple[Any, ...]:
+        # The float32 chunk keyed from its bits (describe's sketch of float32 data), int32 counts as there.
+        counts, offset = np.zeros((d, 2 * n + 4), dtype=np.int32), np.empty((d, 2), dtype=np.int64)
+        extrema = m.sketch_float32(b, sk.ln_gamma, sk.min_magnitude, k_min, k_max, n, n, counts, offset, None, None)
+        return (counts, offset, *extrema)
+
+    def grid_tails(m: Any) -> tuple[Any, ...]:
+        # The sweep of the sketch's grid and its tails' block minima, as a chunk of this store has them.
+        step, first = grid_steps(lo, hi, grid_bins(n))
+        counts = np.zeros((d, grid_bins(n)), dtype=np.int64)
+        block, per_coarse, fine, coarse = tail_layout(*b.shape, sk.tail_values)
+        m.grid_tail_blocks(b, None, step, first, counts, block, per_coarse, fine, coarse)
+        return counts, fine, coarse
+
     def class_moments(m: Any) -> tuple[Any, ...]:
         fields = [np.zeros((k, d), dtype=np.int64)] + [np.zeros((k, d)) for _ in range(4)]
         m.class_moments_chunk(b, None, codes, *fields, None)
@@ -244,6 +265,8 @@ def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple
         f"QuantileHistogram ({QUANTILE_BINS} bins)": (
             "_numba_histogram", lambda m: hist(m, QUANTILE_BINS, np.empty(0, dtype=np.int64), 1)),
         "Sketch (every bucket kept)": ("_numba_sketch", sketch),
+        "Sketch of float32 (every bucket kept)": ("_sketch_table", sketch_f32),
+        "Sketch's grid and tail blocks": ("_sketch_table", grid_tails),
         f"ClassMoments ({k} classes)": ("_numba_moments", class_moments),
         "Moments": ("_numba_moments", lambda m: m.moments_chunk(b, None, None)),
     }

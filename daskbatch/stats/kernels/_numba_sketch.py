@@ -373,41 +373,40 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
 
 
 @_jit_inline
-def _tail_row(x, lut, i, low, neg, low2, neg2):  # noqa: ANN001, ANN202
-    """Take row ``i`` into the least and second least finite values of the columns ``x`` and ``-x`` so far."""
+def _tail_row(x, lut, i, low, high, low2, high2):  # noqa: ANN001, ANN202
+    """Take row ``i`` into the two least and two greatest finite values of each column of ``x`` so far."""
+    # The greatest of x, not the least of -x: negated once a block (exactly, and ties kept alike: min
+    # and max keep their first argument on a tie). The loop's body is written out, not a helper of
+    # its own per value: numba's inlining of one that takes arrays kept the loop from vectorising
+    # (3.5x its time; benchmarks/RESULTS.md, session 25).
     for j in range(x.shape[1]):  # branch-free, so that it vectorises
         v = _load(x[i, j], lut)
-        _tail_take(v, _finite(v), j, low, neg, low2, neg2)
+        fin = _finite(v)
+        u = v if fin else np.inf
+        low2[j] = min(low2[j], max(low[j], u))
+        low[j] = min(low[j], u)
+        u = v if fin else -np.inf
+        high2[j] = max(high2[j], min(high[j], u))
+        high[j] = max(high[j], u)
 
 
 @_jit_inline
-def _tail_take(v, fin, j, low, neg, low2, neg2):  # noqa: ANN001, ANN202
-    """Take the value ``v`` of column ``j`` (``fin``: it is finite) into the least values of ``x`` and ``-x``."""
-    u = v if fin else np.inf
-    low2[j] = min(low2[j], max(low[j], u))
-    low[j] = min(low[j], u)
-    u = -v if fin else np.inf
-    neg2[j] = min(neg2[j], max(neg[j], u))
-    neg[j] = min(neg[j], u)
-
-
-@_jit_inline
-def _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse):  # noqa: ANN001, ANN202
-    """Store block ``f``'s least values in ``fine`` and ``coarse``, and start the next block's."""
+def _tail_block_end(f, g, low, high, low2, high2, fine, coarse):  # noqa: ANN001, ANN202
+    """Store block ``f``'s least values of ``x`` and ``-x`` in ``fine`` and ``coarse``, and start the next block's."""
     d = low.size
     for j in range(d):
-        fine[f, j], fine[f, d + j] = low[j], neg[j]
-        fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], neg2[j]
+        fine[f, j], fine[f, d + j] = low[j], -high[j]
+        fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], -high2[j]
         coarse[f // g, j] = min(coarse[f // g, j], low[j])
-        coarse[f // g, d + j] = min(coarse[f // g, d + j], neg[j])
-    _tail_start(low, neg, low2, neg2)
+        coarse[f // g, d + j] = min(coarse[f // g, d + j], -high[j])
+    _tail_start(low, high, low2, high2)
 
 
 @_jit_inline
-def _tail_start(low, neg, low2, neg2):  # noqa: ANN001, ANN202
-    """Start a block: no least values yet (+inf)."""
+def _tail_start(low, high, low2, high2):  # noqa: ANN001, ANN202
+    """Start a block: no values yet (least +inf, greatest -inf)."""
     for j in range(low.size):
-        low[j], neg[j], low2[j], neg2[j] = np.inf, np.inf, np.inf, np.inf
+        low[j], high[j], low2[j], high2[j] = np.inf, -np.inf, np.inf, -np.inf
 
 
 @_jit
@@ -416,12 +415,12 @@ def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
     # fine (blocks, 4D): each block's least of every column, then its second least; coarse
     # (blocks / g, 2D), filled with +inf, the least over each g blocks. +inf where there are none.
     rows, d = x.shape
-    low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
-    _tail_start(low, neg, low2, neg2)
+    low, high, low2, high2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    _tail_start(low, high, low2, high2)
     for f in range(fine.shape[0]):
         for i in range(f * b, min(f * b + b, rows)):
-            _tail_row(x, lut, i, low, neg, low2, neg2)
-        _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse)
+            _tail_row(x, lut, i, low, high, low2, high2)
+        _tail_block_end(f, g, low, high, low2, high2, fine, coarse)
 
 
 @_jit

@@ -22,8 +22,8 @@ from daskbatch.stats.kernels._numba_sketch import (
     _sketch_key,
     _sketch_start,
     _tail_block_end,
+    _tail_row,
     _tail_start,
-    _tail_take,
 )
 
 #: Most mantissa bits a table reads (``512 * 2**12`` int64 entries, 16 MiB); finer sketches keep the log.
@@ -377,16 +377,16 @@ def grid_tail_blocks(x, lut, step, first, counts, b, g, fine, coarse):  # noqa: 
     _grid_scales(step, scale)
     flat = counts.reshape(-1)
     slot = np.empty(d, dtype=np.int64)
-    low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
-    _tail_start(low, neg, low2, neg2)
+    low, high, low2, high2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    _tail_start(low, high, low2, high2)
     for f in range(fine.shape[0]):
         for i in range(f * b, min(f * b + b, rows)):
-            for j in range(d):  # one branch-free loop for both, so that it vectorises
+            # Two branch-free loops over the row (in L1 after the first), each of which vectorises.
+            _tail_row(x, lut, i, low, high, low2, high2)
+            for j in range(d):
                 v = _load(x[i, j], lut)
-                fin = _finite(v)
-                slot[j] = _grid_slot(v * scale[j], fin, first[j], j * width, width)
-                _tail_take(v, fin, j, low, neg, low2, neg2)
+                slot[j] = _grid_slot(v * scale[j], _finite(v), first[j], j * width, width)
             for j in range(d):
                 if slot[j] >= 0:
                     flat[slot[j]] += 1
-        _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse)
+        _tail_block_end(f, g, low, high, low2, high2, fine, coarse)
