@@ -151,3 +151,31 @@ def test_the_helper_imports_before_the_first_chunk_task(tmp_path: pathlib.Path) 
     assert gone(seen["helper"])
     # It compiled into the cache: the first-pass kernels the parent reaches last are there.
     assert any(name.endswith(".nbi") for _, _, files in os.walk(tmp_path / "cache") for name in files)
+
+
+
+EXIT_NOW = r"""
+import numpy as np
+from daskbatch.runtime.runlock import exit_now
+from daskbatch.stats import Bundle, Moments, Sketch
+from daskbatch.stats.kernels import ahead
+
+x = np.random.default_rng(0).standard_normal((2000, 4)).astype(np.float32)
+ahead.start(Bundle((Moments(), Sketch())), x, None, {})  # the helper compiles their kernels for seconds
+print(ahead.child_pid(), flush=True)
+exit_now(2)
+"""
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the helper runs only with two or more cores"
+)
+def test_an_exit_without_the_exit_hooks_ends_the_helper_too(tmp_path: pathlib.Path) -> None:
+    # The CLI leaves on a refusal by exit_now (no interpreter exit hooks: reads may be in flight), which
+    # ends the helper first: a compiling helper would otherwise outlive the parent by seconds.
+    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="1",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", EXIT_NOW], env=environ, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    helper = int(done.stdout.split()[-1])
+    assert gone(helper)

@@ -255,6 +255,8 @@ def main() -> None:
 
 def user_errors(func: F) -> F:
     """Turn expected errors into a one-line message and a non-zero exit code."""
+    # The exit is exit_now's: a refusal raised while a pass still reads (a damaged chunk) must not wait
+    # for those reads, nor meet them in the interpreter's finalisation (SIGABRT after the message).
 
     @functools.wraps(func)
     def _wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -266,22 +268,22 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except PlanError as exc:
             click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_PLAN)
+            exit_now(EXIT_PLAN)
         except (
             ValueError, TypeError, FileNotFoundError, KeyError, OSError, ImportError, DeviceUnavailableError,
             concurrent.futures.CancelledError,
         ) as exc:
             if is_lost_scheduler(exc, connecting=False):  # not bad input, though CommClosedError is an OSError
                 click.echo(f"error: lost the scheduler ({describe_lost(exc)}); run the command again", err=True)
-                sys.exit(EXIT_FAILURE)
+                exit_now(EXIT_FAILURE)
             if isinstance(exc, OSError) and (isinstance(exc, DiskFullError) or exc.errno in _DISK_FULL):
                 click.echo(f"error: {_disk_full_message(exc)}", err=True)  # not bad input: the same run works with space
-                sys.exit(EXIT_NO_SPACE)
+                exit_now(EXIT_NO_SPACE)
             # ImportError: an optional extra is missing (its message names the pip install);
             # DeviceUnavailableError: no CUDA device for --cluster cuda.
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             click.echo(f"error: {msg}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            exit_now(EXIT_BAD_INPUT)
 
     return _wrapper  # type: ignore[return-value]
 

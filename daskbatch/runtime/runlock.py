@@ -302,6 +302,13 @@ def exit_now(code: int) -> NoReturn:
     """End the process with ``code`` at once, after flushing the logs and the standard streams."""
     if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
         raise SystemExit(code)
+    # Not the interpreter's finalisation: reads still in flight in other threads (an object store's
+    # Rust runtime, zarr's loop, a dask pool's tasks) would be joined, or, coming back to Python while
+    # it finalises, end the process with SIGABRT after the message. So the atexit hooks do not run:
+    # their one that matters here, ending the kernels' compile helper, is called first.
+    helper = sys.modules.get("daskbatch.stats.kernels.ahead")  # loaded only where a pass ran
+    if helper is not None:
+        helper.end_helper()
     logging.shutdown()  # flushes every log handler (a job's log file too)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

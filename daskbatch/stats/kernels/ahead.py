@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "helping", "prepare", "start"]
+__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "end_helper", "helping", "prepare", "start"]
 
 #: The environment variable that switches the helper off ("0") or on whatever the load ("1"); unset: on
 #: when a core is idle. The child runs with it set to "child".
@@ -73,7 +73,7 @@ def prepare(meta: Any) -> None:
             return
         # It imports numba and the kernels, then waits for the sample that start() writes to its stdin.
         _child = _spawn("-")
-        atexit.register(_end_child)
+        atexit.register(end_helper)
 
 
 def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
@@ -106,7 +106,7 @@ def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
             _hand_over(waiting, sample)
         else:
             _child = _spawn(sample)
-            atexit.register(_end_child)
+            atexit.register(end_helper)
 
 
 def _spawn(sample: str) -> subprocess.Popen[bytes]:
@@ -193,8 +193,8 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
     return path
 
 
-def _end_child() -> None:
-    """End the helper if it still runs (at exit: nothing outlives the parent) and reap it."""
+def end_helper() -> None:
+    """End the helper if it still runs and reap it: at exit, and before an exit that runs no atexit hooks (nothing outlives the parent)."""
     if _child is not None:
         if _child.poll() is None:
             _child.kill()  # numba writes a cache entry atomically: an interrupted one is simply absent
