@@ -170,9 +170,9 @@ exit_now(2)
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="the helper runs only with two or more cores"
 )
-def test_an_exit_without_the_exit_hooks_ends_the_helper_too(tmp_path: pathlib.Path) -> None:
-    # The CLI leaves on a refusal by exit_now (no interpreter exit hooks: reads may be in flight), which
-    # ends the helper first: a compiling helper would otherwise outlive the parent by seconds.
+def test_exit_now_ends_the_helper_too(tmp_path: pathlib.Path) -> None:
+    # The CLI leaves on an interrupt, or a refusal once a pass has read, by exit_now (no exit hooks, no
+    # finalisation: reads may be in flight); it ends the helper, which would outlive the parent compiling.
     environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="1",
                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", EXIT_NOW], env=environ, capture_output=True, text=True, timeout=120)

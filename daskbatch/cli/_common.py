@@ -25,7 +25,7 @@ from daskbatch.errors import (
     what_was_lost,
 )
 from daskbatch.runtime.progress import line_cleared
-from daskbatch.runtime.runlock import exit_now
+from daskbatch.runtime.runlock import exit_after_error, exit_now
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DATEFMT = "%Y-%m-%d %H:%M:%S"
@@ -255,8 +255,9 @@ def main() -> None:
 
 def user_errors(func: F) -> F:
     """Turn expected errors into a one-line message and a non-zero exit code."""
-    # The exit is exit_now's: a refusal raised while a pass still reads (a damaged chunk) must not wait
-    # for those reads, nor meet them in the interpreter's finalisation (SIGABRT after the message).
+    # The exit is leave's: a refusal raised while a pass still reads (a damaged chunk) must not wait
+    # for those reads, nor meet them in the interpreter's finalisation (SIGABRT after the message);
+    # the click contexts close first (the summary's lock, the loggers).
 
     @functools.wraps(func)
     def _wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -268,24 +269,44 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except PlanError as exc:
             click.echo(f"error: {exc}", err=True)
-            exit_now(EXIT_PLAN)
+            leave(EXIT_PLAN)
         except (
             ValueError, TypeError, FileNotFoundError, KeyError, OSError, ImportError, DeviceUnavailableError,
             concurrent.futures.CancelledError,
         ) as exc:
             if is_lost_scheduler(exc, connecting=False):  # not bad input, though CommClosedError is an OSError
                 click.echo(f"error: lost the scheduler ({describe_lost(exc)}); run the command again", err=True)
-                exit_now(EXIT_FAILURE)
+                leave(EXIT_FAILURE)
             if isinstance(exc, OSError) and (isinstance(exc, DiskFullError) or exc.errno in _DISK_FULL):
                 click.echo(f"error: {_disk_full_message(exc)}", err=True)  # not bad input: the same run works with space
-                exit_now(EXIT_NO_SPACE)
+                leave(EXIT_NO_SPACE)
             # ImportError: an optional extra is missing (its message names the pip install);
             # DeviceUnavailableError: no CUDA device for --cluster cuda.
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             click.echo(f"error: {msg}", err=True)
-            exit_now(EXIT_BAD_INPUT)
+            leave(EXIT_BAD_INPUT)
 
     return _wrapper  # type: ignore[return-value]
+
+
+def leave(code: int, *, now: bool = False) -> NoReturn:
+    """End the command with ``code``, its click contexts closed first (their locks released, the loggers put back).
+
+    Parameters
+    ----------
+    code : int
+        The exit status.
+    now : bool, default False
+        End at once (:func:`~daskbatch.runtime.runlock.exit_now`: an interrupt); else as after an error
+        (:func:`~daskbatch.runtime.runlock.exit_after_error`: at once once a pass has started reading).
+    """
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        ctx.close()
+        ctx = ctx.parent
+    if now:
+        exit_now(code)
+    exit_after_error(code)
 
 
 def exit_lost_scheduler(
@@ -308,7 +329,7 @@ def exit_lost_scheduler(
     if checkpoint:
         click.echo(f"interrupted, resumable: lost {lost} ({why}); finished blocks are kept in {checkpoint}, "
                    "run the same command to resume", err=True)
-        exit_now(EXIT_INTERRUPTED)
+        leave(EXIT_INTERRUPTED, now=True)
     click.echo(f"error: lost {lost} during the computation ({why}); {unkept}: run the command again "
                f"(with {option} to keep finished blocks)", err=True)
     sys.exit(EXIT_FAILURE)

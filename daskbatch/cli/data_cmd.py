@@ -17,6 +17,7 @@ from daskbatch.cli._common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     is_quiet,
+    leave,
     main,
     report,
     user_errors,
@@ -36,7 +37,6 @@ from daskbatch.jobs import versions
 from daskbatch.jobs.spec import effective_config
 from daskbatch.planning.search import plan_dropping_sketch, sketch_in_plan
 from daskbatch.runtime.capacity import cuda_device_count, resources_from_machine
-from daskbatch.runtime.runlock import exit_now
 from daskbatch.stats.kernels.preflight import check_gpu
 from daskbatch.stats.sketch_windows import state_bytes_per_feature
 from daskbatch.stats.spec import DEFAULT_STATS, normalize_stats, requested
@@ -143,7 +143,7 @@ def ingest_cmd(
         )
     except KeyboardInterrupt:
         click.echo(f"interrupted: {out} is incomplete; run the same command again to resume", err=True)
-        exit_now(EXIT_INTERRUPTED)
+        leave(EXIT_INTERRUPTED, now=True)
     report(ingested.summary())
 
 

@@ -14,6 +14,7 @@ from daskbatch.cli._common import (
     exit_lost_scheduler,
     is_lost_scheduler,
     is_quiet,
+    leave,
     main,
     report,
     user_errors,
@@ -33,7 +34,7 @@ from daskbatch.errors import DataError, Interrupted
 from daskbatch.io.outputs import OutputTarget, check_outputs, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client
 from daskbatch.runtime.cluster import cli_kind
-from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lock
+from daskbatch.runtime.runlock import sigterm_as_interrupt, summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.stats.spec import DEFAULT_STATS, check_statistic_names
 from daskbatch.summary import load_summary
@@ -249,7 +250,7 @@ def describe_command(
                 summary = merge(previous, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
         click.echo(interrupted_message(exc, checkpoint or None, "--checkpoint"), err=True)
-        exit_now(EXIT_INTERRUPTED)
+        leave(EXIT_INTERRUPTED, now=True)
     except Exception as exc:
         if not (connected and is_lost_scheduler(exc)):
             raise

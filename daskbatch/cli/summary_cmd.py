@@ -14,6 +14,7 @@ from daskbatch.cli._common import (
     exit_lost_scheduler,
     is_lost_scheduler,
     is_quiet,
+    leave,
     main,
     one_line_distributed_logs,
     report,
@@ -32,7 +33,7 @@ from daskbatch.io.outputs import (
     write_output,
 )
 from daskbatch.jobs.spec import load_job, reference
-from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
+from daskbatch.runtime.runlock import sigterm_as_interrupt
 from daskbatch.summary.compare import EXACT_ADVICE
 from daskbatch.summary.report import report_target, write_report
 
@@ -168,7 +169,7 @@ def transform_command(
     except (Interrupted, KeyboardInterrupt) as exc:
         why = str(exc) if isinstance(exc, Interrupted) else "run the same command again to resume"
         click.echo(f"interrupted: {why}", err=True)
-        exit_now(EXIT_INTERRUPTED)
+        leave(EXIT_INTERRUPTED, now=True)
     report(written.summary())
 
 
@@ -344,7 +345,7 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
     except (Interrupted, KeyboardInterrupt) as exc:
         click.echo(f"{interrupted_message(exc, job.checkpoint, 'checkpoint in the job file')} (a transform under "
                    "way resumes from its finished blocks too)", err=True)
-        exit_now(EXIT_INTERRUPTED)
+        leave(EXIT_INTERRUPTED, now=True)
     except Exception as exc:
         if not is_lost_scheduler(exc, connecting=False):  # as user_errors and the job's report tell it
             raise

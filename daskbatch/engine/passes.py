@@ -43,6 +43,7 @@ from daskbatch.engine.reduce import (
 from daskbatch.runtime.capacity import active_client, note_pass, rechunk_method
 from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
+from daskbatch.runtime.runlock import pass_started
 from daskbatch.stats import CoMoments, Sketch
 from daskbatch.stats._base import Bundle, BundleLike, Statistic, merge_all, reads_label, shown_names
 from daskbatch.stats.kernels.ahead import helping as compile_helping
@@ -123,6 +124,7 @@ class PassRunner:
         needs_label = any(reads_label(s) for s in bundle.stats)
         label = data.label if needs_label else None
         x = data.x
+        pass_started()  # an error from here on may leave reads in flight: the CLI then exits at once
         t0 = time.perf_counter()
         title = f"pass {index}/{self.passes}: {'+'.join(shown_names(bundle.stats))}"
         span_name = f"pass-{index}-{'-'.join(shown_names(bundle.stats))}"

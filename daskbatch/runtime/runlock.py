@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 
 from daskbatch.errors import DiskFullError, Interrupted, LockHeldError
 
-__all__ = ['LOCK_NAME', 'RunLock', 'exit_now', 'no_interrupt', 'output_lock_path', 'sigterm_as_interrupt', 'summary_lock']
+__all__ = ['LOCK_NAME', 'RunLock', 'exit_after_error', 'exit_now', 'no_interrupt', 'output_lock_path', 'pass_started',
+           'sigterm_as_interrupt', 'summary_lock']
 
 
 log = logging.getLogger(__name__)
@@ -298,14 +299,31 @@ def _quiet_teardown() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
+#: Set once a pass has started reading in this process: an error after it may leave reads in flight.
+_pass_started = threading.Event()
+
+
+def pass_started() -> None:
+    """Note that a pass has started reading in this process (:func:`exit_after_error` ends at once from then on)."""
+    _pass_started.set()
+
+
+def exit_after_error(code: int) -> NoReturn:
+    """End the process with ``code`` after an error's message: at once (:func:`exit_now`) once a pass has read, else ``sys.exit``."""
+    # Before any pass there is nothing in flight, and the exit hooks (a user's too) run as on any exit.
+    if _pass_started.is_set():
+        exit_now(code)
+    sys.exit(code)
+
+
 def exit_now(code: int) -> NoReturn:
     """End the process with ``code`` at once, after flushing the logs and the standard streams."""
     if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
         raise SystemExit(code)
-    # Not the interpreter's finalisation: reads still in flight in other threads (an object store's
-    # Rust runtime, zarr's loop, a dask pool's tasks) would be joined, or, coming back to Python while
-    # it finalises, end the process with SIGABRT after the message. So the atexit hooks do not run:
-    # their one that matters here, ending the kernels' compile helper, is called first.
+    # No exit hooks and no finalisation: that would join the threads whose reads are still in flight
+    # (a dask pool's, the rows' token, zarr's executor), and a thread of an object store's Rust runtime
+    # coming back to Python while the interpreter finalises ends the process with SIGABRT. The one
+    # hook that matters here, ending the kernels' compile helper (nothing outlives the process), runs.
     helper = sys.modules.get("daskbatch.stats.kernels.ahead")  # loaded only where a pass ran
     if helper is not None:
         helper.end_helper()

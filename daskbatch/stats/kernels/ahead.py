@@ -194,7 +194,7 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
 
 
 def end_helper() -> None:
-    """End the helper if it still runs and reap it: at exit, and before an exit that runs no atexit hooks (nothing outlives the parent)."""
+    """End the helper if it still runs and reap it: at exit, and before an exit that runs no exit hooks (nothing outlives the parent)."""
     if _child is not None:
         if _child.poll() is None:
             _child.kill()  # numba writes a cache entry atomically: an interrupted one is simply absent
