@@ -298,7 +298,7 @@ def leave(code: int, *, now: bool = False) -> NoReturn:
         The exit status.
     now : bool, default False
         End at once (:func:`~daskbatch.runtime.runlock.exit_now`: an interrupt); else as after an error
-        (:func:`~daskbatch.runtime.runlock.exit_after_error`: at once once a pass has started reading).
+        (:func:`~daskbatch.runtime.runlock.exit_after_error`: immediately if a pass has started reading).
     """
     ctx = click.get_current_context(silent=True)
     while ctx is not None:

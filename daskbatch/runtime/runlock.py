@@ -309,7 +309,7 @@ def pass_started() -> None:
 
 
 def exit_after_error(code: int) -> NoReturn:
-    """End the process with ``code`` after an error's message: at once (:func:`exit_now`) once a pass has read, else ``sys.exit``."""
+    """End the process with ``code`` after an error's message: by :func:`exit_now` if a pass has started reading, else ``sys.exit``."""
     # Before any pass there is nothing in flight, and the exit hooks (a user's too) run as on any exit.
     if _pass_started.is_set():
         exit_now(code)
