@@ -19,6 +19,8 @@ import zarr
 
 import daskbatch as db
 from daskbatch.errors import DataError
+from daskbatch.io import zarr_store
+from daskbatch.io.chunk_decode import DirectBlocks
 
 ROWS, FEATURES, CHUNK = 1200, 3, 200
 
@@ -66,10 +68,12 @@ def test_another_writers_chunk_deleted_after_the_open_reads_as_its_fill_value(tm
     np.testing.assert_array_equal(summary.mean, db.describe(filled, stats="moments", run=db.RunOptions(plan=None)).mean)
 
 
-def test_the_check_costs_no_request_of_its_own(written: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each chunk is read with one get, and no key is asked about otherwise: the store's answer is the check."""
+@pytest.mark.parametrize("direct", [False, True], ids=["zarr-read", "direct-read"])
+def test_the_check_costs_no_request_of_its_own(written: Path, monkeypatch: pytest.MonkeyPatch, direct: bool) -> None:
+    """Each chunk is read once, and no key is asked about otherwise: the store's answer (or the file's) is the check."""
     asked: list[str] = []
     get, exists = zarr.storage.LocalStore.get, zarr.storage.LocalStore.exists
+    decode_into = DirectBlocks._decode_into
 
     async def counted_get(self, key, *args, **kwargs):  # noqa: ANN001, ANN202 - zarr's own signature
         asked.append(f"get {key}")
@@ -79,9 +83,16 @@ def test_the_check_costs_no_request_of_its_own(written: Path, monkeypatch: pytes
         asked.append(f"exists {key}")
         return await exists(self, key)
 
+    def counted_decode(self, i, *args):  # noqa: ANN001, ANN202
+        asked.append(f"get {Path(self.directory).name}/{self.metadata.encode_chunk_key((i,) + (0,) * (len(self.shape) - 1))}")
+        return decode_into(self, i, *args)
+
+    if not direct:  # zarr reads every chunk
+        monkeypatch.setattr(zarr_store, "direct_blocks", lambda arr: None)
     ds = db.open_dataset(written)
     monkeypatch.setattr(zarr.storage.LocalStore, "get", counted_get)
     monkeypatch.setattr(zarr.storage.LocalStore, "exists", counted_exists)
+    monkeypatch.setattr(DirectBlocks, "_decode_into", counted_decode)
     x, y = ds.x.compute(scheduler="sync"), ds.label.compute(scheduler="sync")
     read = sorted(asked)
     monkeypatch.undo()

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import zarr
 
 from daskbatch._common import plural
+from daskbatch.io.chunk_decode import zstd_frame_header
 from daskbatch.io.chunk_grid import (
     absent_name,
     check_chunk_count,
@@ -37,8 +38,6 @@ _ABSENT: dict[bool, tuple[Kind, str]] = {
     True: ("missing", "absent from the store; daskbatch wrote every chunk of this array, so it was lost"),
     False: ("absent", "absent (fill value): its writer leaves out chunks that hold only the fill value"),
 }
-#: The 4 bytes every zstd frame starts with (RFC 8878, section 3.1.1).
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 @dataclass(frozen=True)
@@ -134,13 +133,10 @@ def _zstd_needs(buf: bytes) -> int | None:
     """Bytes a zstd frame at the start of ``buf`` says it spans; None if ``buf`` is no zstd frame."""
     # Walks the frame header and block headers (RFC 8878, section 3.1.1). When ``buf`` ends early the result
     # is larger than ``len(buf)``: the frame was cut.
-    if len(buf) < 5 or buf[:4] != _ZSTD_MAGIC:
+    frame = zstd_frame_header(buf)
+    if frame is None:
         return None
-    descriptor = buf[4]
-    single_segment = (descriptor >> 5) & 1
-    pos = 5 + (0 if single_segment else 1)  # window descriptor
-    pos += (0, 1, 2, 4)[descriptor & 3]  # dictionary id
-    pos += ((1 if single_segment else 0), 2, 4, 8)[descriptor >> 6]  # frame content size
+    pos, descriptor = frame[0], buf[4]
     while True:
         if pos + 3 > len(buf):
             return pos + 3

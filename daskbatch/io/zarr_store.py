@@ -24,6 +24,7 @@ import zarr
 
 from daskbatch._common import warn
 from daskbatch.errors import DataError, IncompleteStoreWarning, MissingChunksWarning
+from daskbatch.io.chunk_decode import DirectBlocks, direct_blocks
 from daskbatch.io.chunk_grid import (
     WRITES_EVERY_CHUNK,
     AbsentChunkError,
@@ -164,12 +165,17 @@ class BlockReader(ReadAhead):
     def __getstate__(self) -> dict[str, Any]:
         # A copy in another process starts with nothing fetched ahead (and a lock of its own).
         kept = {k: v for k, v in self.__dict__.items()
-                if k not in ("_ahead", "_busy", "_done", "_lock", "twin", "source")}
+                if k not in ("_ahead", "_busy", "_done", "_lock", "twin", "source", "direct")}
         return kept | {"_last_start": None, "_task_order": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _ahead={}, _busy=set(), _done=set(), _lock=threading.Lock())
         self.twin = object_store_twin(self.arr) if self.read_ahead else None  # this process's own client
+
+    @functools.cached_property
+    def direct(self) -> DirectBlocks | None:
+        """The decoder of a local store's plain chunks straight into each block, None where zarr reads them."""
+        return direct_blocks(self.arr)  # at the first read: a task's work, not the open's
 
     @functools.cached_property
     def source(self) -> zarr.Array:
@@ -202,8 +208,11 @@ class BlockReader(ReadAhead):
 
     def _read(self, selection: Any) -> np.ndarray:
         """The block at ``selection``, decoded; a failing chunk named."""
+        direct = self.direct
+        rows = row_range(selection, self.shape) if direct is not None else None
+        block = direct.read(*rows) if direct is not None and rows is not None else None
         try:
-            block = np.asarray(self.source[selection])
+            block = np.asarray(self.source[selection]) if block is None else block
         except DataError:
             raise
         except AbsentChunkError as exc:
