@@ -11,7 +11,9 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
-from daskbatch.io.chunk_decode import direct_blocks, zstd_content_size
+import daskbatch as db
+from daskbatch.io import zarr_store
+from daskbatch.io.chunk_decode import DirectBlocks, direct_blocks, zstd_content_size
 from daskbatch.io.zarr_store import BlockReader
 
 SHAPE, CHUNKS = (1003, 5), (100, 5)  # an edge chunk of 3 rows
@@ -110,3 +112,27 @@ def test_zstd_content_size_reads_every_field_width() -> None:
     for n in (0, 1, 255, 256, 300, 65_791, 65_792, 2**20):  # one-, two- (less 256) and four-byte fields
         assert zstd_content_size(numcodecs.Zstd().encode(np.zeros(n, dtype=np.uint8))) == n
     assert zstd_content_size(b"not a frame") is None
+
+
+@pytest.mark.parametrize("layout", ["v3-zstd", "v2-blosc-lz4"])
+def test_describe_gives_the_same_bits_either_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """The full summary of a store read directly equals the one zarr's reads give, bit for bit."""
+    kwargs = {key: value for key, value in DIRECT[layout].items() if key != "dtype"}
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=kwargs.pop("zarr_format", 3))
+    rng = np.random.default_rng(11)
+    labels = rng.integers(0, 3, 2_500)
+    values = (1e4 + rng.standard_normal((2_500, 6)) * [0.01, 1, 10, 100, 1e3, 1e4] + labels[:, None]).astype("f4")
+    values[::37, 2] = np.nan
+    group.create_array("X", data=values, chunks=(300, 6), **kwargs)  # an edge chunk of 100 rows
+    group.create_array("y", data=labels, chunks=(300,), **kwargs)
+    decoded: list[tuple[int, int]] = []
+    read = DirectBlocks.read
+    monkeypatch.setattr(DirectBlocks, "read", lambda self, a, b: decoded.append((a, b)) or read(self, a, b))
+    direct = db.describe(str(tmp_path / "s.zarr"), label="y")
+    assert decoded  # the blocks were decoded here
+    monkeypatch.setattr(zarr_store, "direct_blocks", lambda arr: None)
+    read_by_zarr = db.describe(str(tmp_path / "s.zarr"), label="y")
+    left, right = direct.to_xarray(), read_by_zarr.to_xarray()
+    assert sorted(left.data_vars) == sorted(right.data_vars)
+    for name in left.data_vars:
+        assert left[name].values.tobytes() == right[name].values.tobytes(), name
