@@ -139,7 +139,8 @@ class DirectBlocks:
 
 def direct_blocks(arr: zarr.Array) -> DirectBlocks | None:
     """A :class:`DirectBlocks` for ``arr`` when its layout is one it decodes, else None (zarr reads it)."""
-    if not isinstance(arr.store, LocalStore) or arr.shards is not None or arr.ndim == 0 or 0 in arr.shape:
+    # Only zarr's own local store: a subclass may change what a key holds (or count its reads).
+    if type(arr.store) is not LocalStore or arr.shards is not None or arr.ndim == 0 or 0 in arr.shape:
         return None
     dtype = np.dtype(arr.dtype)
     if dtype.kind not in "biuf" or dtype.byteorder not in "=|" + ("<" if sys.byteorder == "little" else ">"):
