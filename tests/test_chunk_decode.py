@@ -136,3 +136,13 @@ def test_describe_gives_the_same_bits_either_way(tmp_path: Path, monkeypatch: py
     assert sorted(left.data_vars) == sorted(right.data_vars)
     for name in left.data_vars:
         assert left[name].values.tobytes() == right[name].values.tobytes(), name
+
+
+def test_a_local_fsspec_store_is_decoded_directly_too(tmp_path: Path) -> None:
+    """``da.from_zarr(path)`` opens a path through fsspec's local file system: the same files."""
+    _, values = _written(tmp_path / "s.zarr", dtype="f4")
+    arr = zarr.open_array(zarr.storage.FsspecStore.from_url(f"file://{tmp_path / 's.zarr'}", read_only=True), mode="r")
+    direct = direct_blocks(arr)
+    assert direct is not None
+    block = direct.read(50, 1003)
+    assert block is not None and block.tobytes() == values[50:].tobytes()

@@ -22,7 +22,9 @@ import numcodecs
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
-from zarr.storage import LocalStore
+from zarr.storage import FsspecStore, LocalStore
+
+from daskbatch.io.chunk_grid import is_local_fs
 
 __all__ = ["ZSTD_MAGIC", "DirectBlocks", "direct_blocks", "zstd_content_size", "zstd_frame_header"]
 
@@ -139,8 +141,8 @@ class DirectBlocks:
 
 def direct_blocks(arr: zarr.Array) -> DirectBlocks | None:
     """A :class:`DirectBlocks` for ``arr`` when its layout is one it decodes, else None (zarr reads it)."""
-    # Only zarr's own local store: a subclass may change what a key holds (or count its reads).
-    if type(arr.store) is not LocalStore or arr.shards is not None or arr.ndim == 0 or 0 in arr.shape:
+    folder = _local_folder(arr.store)
+    if folder is None or arr.shards is not None or arr.ndim == 0 or 0 in arr.shape:
         return None
     dtype = np.dtype(arr.dtype)
     if dtype.kind not in "biuf" or dtype.byteorder not in "=|" + ("<" if sys.byteorder == "little" else ">"):
@@ -151,8 +153,18 @@ def direct_blocks(arr: zarr.Array) -> DirectBlocks | None:
     if found is None:
         return None
     kind, codec, crc32c = found
-    return DirectBlocks(os.path.join(str(arr.store.root), *arr.path.strip("/").split("/")), arr.metadata,
+    return DirectBlocks(os.path.join(folder, *arr.path.strip("/").split("/")), arr.metadata,
                         tuple(arr.shape), int(arr.chunks[0]), dtype.newbyteorder("="), kind, codec, crc32c)
+
+
+def _local_folder(store: Any) -> str | None:
+    """The folder of zarr's own local store, or of its fsspec store on this machine (``da.from_zarr(path)``'s)."""
+    # Exactly these types: a subclass may change what a key holds (or count its reads).
+    if type(store) is LocalStore:
+        return str(store.root)
+    if type(store) is FsspecStore and is_local_fs(store.fs):
+        return str(store.path)
+    return None
 
 
 def _v3_codecs(metadata: Any) -> tuple[str, Any, bool] | None:
