@@ -2,11 +2,12 @@
 
 zarr-python decodes every chunk into a buffer of its own and then copies it into the array it returns; for
 a block of several 16 MiB chunks those fresh buffers cost a page fault per 4 KiB, about a third of the
-block's read (``benchmarks/RESULTS.md``, session 26). For the plain layouts (a local store, chunks that span
-every column, bytes stored little-endian and C-ordered, then zstd, blosc or nothing, with or without a crc32c
-trailer, unsharded) :class:`DirectBlocks` reads each chunk's file and has the codec zarr itself would call
-decode it into the block. Any other layout, and any chunk that does not decode here or whose decoded size is
-not the chunk's (an absent chunk, a damaged one), is left to zarr, so its values and errors stay zarr's.
+block's read (``benchmarks/RESULTS.md``, session 26). For the plain layouts (zarr's local store or fsspec's
+local file system; unsharded chunks that span every column, bytes stored little-endian and C-ordered, then
+zstd, blosc or nothing, with or without a crc32c trailer) :class:`DirectBlocks` reads each chunk's file and
+has the codec zarr itself would call decode it into the block. Any other layout, and any chunk that does not
+decode here or whose decoded size is not the chunk's (an absent chunk, a damaged one), is left to zarr, so
+its values and errors stay zarr's.
 """
 
 from __future__ import annotations
