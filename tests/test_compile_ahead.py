@@ -179,3 +179,42 @@ def test_exit_now_ends_the_helper_too(tmp_path: pathlib.Path) -> None:
     assert done.returncode == 2, done.stderr[-2000:]
     helper = int(done.stdout.split()[-1])
     assert gone(helper)
+
+
+FAILED_RUN = r"""
+import sys
+import daskbatch as db
+from daskbatch.engine import pipeline
+from daskbatch.stats.kernels import ahead
+
+spawned = []
+spawn = ahead._spawn
+ahead._spawn = lambda sample: spawned.append(spawn(sample)) or spawned[-1]
+def refuse(*args, **kwargs):
+    raise ValueError("refused after the helper started")
+pipeline.describe_statistics = refuse  # the run fails after the helper starts, before any chunk task
+try:
+    db.describe(sys.argv[1], label="y")
+except ValueError:
+    pass
+print(len(spawned), ahead.child_pid(), spawned[0].wait(timeout=60) if spawned else None, flush=True)
+"""
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the helper runs only with two or more cores"
+)
+def test_a_run_that_fails_before_its_first_chunk_task_ends_the_waiting_helper(tmp_path: pathlib.Path) -> None:
+    # The helper starts while describe plans and waits for the first chunk task's sample: a run that fails in
+    # between tells it so, and it ends (it waited SAMPLE_WAIT_SECONDS, 300 s, in a live notebook).
+    import daskbatch as db
+
+    store = tmp_path / "data.zarr"
+    db.synth(3000, 4, classes=2, path=str(store), chunk_rows=1000)
+    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="1",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", FAILED_RUN, str(store)], env=environ, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    started, pid, code = done.stdout.split()
+    assert (started, pid, code) == ("1", "None", "0")  # one helper, no longer this process's, ended by itself

@@ -44,6 +44,7 @@ from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram, SweptBundle
 from daskbatch.stats.kernels.ahead import prepare as compile_ahead
+from daskbatch.stats.kernels.ahead import release_unused as release_compile_helper
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
 from daskbatch.stats.ranges import (
     fine_ranges,
@@ -124,6 +125,18 @@ def run_statistics(
     already (else ``run.device``, ``"auto"`` resolved). When ``"auto"``'s GPU fails, the run is done again on the
     CPU.
     """
+    try:
+        return _run_statistics(x, label, stats, run, weights=weights, target=target, groups=groups,
+                               check_features=check_features, where=where)
+    finally:
+        release_compile_helper()  # started for a run that failed before its first chunk task: it ends, not waits
+
+
+def _run_statistics(
+    x: Any, label: Any, stats: Configured, run: RunOptions, *, weights: Any, target: Any, groups: Any,
+    check_features: Callable[[int], None] | None, where: DeviceChoice | None,
+) -> Computed:
+    """Open the inputs, choose the device and compute (on the CPU again when ``"auto"``'s GPU fails)."""
     opened = functools.partial(_prepared_inputs, x, label, weights=weights, target=target, groups=groups,
                                feature_names=run.feature_names, missing=run.missing)
     data, where = (opened(device=run.device) if where is None else (opened(device="cpu")[0], where))

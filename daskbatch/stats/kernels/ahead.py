@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "end_helper", "helping", "prepare", "start"]
+__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "end_helper", "helping", "prepare", "release_unused", "start"]
 
 #: The environment variable that switches the helper off ("0") or on whatever the load ("1"); unset: on
 #: when a core is idle. The child runs with it set to "child".
@@ -74,6 +74,20 @@ def prepare(meta: Any) -> None:
         # It imports numba and the kernels, then waits for the sample that start() writes to its stdin.
         _child = _spawn("-")
         atexit.register(end_helper)
+
+
+def release_unused() -> None:
+    """End a helper that :func:`prepare` started and no chunk task gave a sample: a run that failed or read nothing.
+
+    Without it the helper would wait for its sample until :data:`SAMPLE_WAIT_SECONDS` pass; a later run on the
+    still empty cache starts another.
+    """
+    global _child
+    with _state_lock:
+        if _decided or _child is None:
+            return
+        waiting, _child = _child, None
+    _hand_over(waiting, "")  # an empty line: it ends once its imports are done (subprocess reaps it later)
 
 
 def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
