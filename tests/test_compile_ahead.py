@@ -50,21 +50,18 @@ print(json.dumps({"digest": digest.hexdigest(), "helper": ahead.child_pid(), "lo
 """
 
 
+def fresh_process(script: str, *args: str, cache: pathlib.Path, timeout: float = 280,
+                  **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a new Python with numba's cache in ``cache`` and ``env`` set; its captured run."""
+    environ = dict(os.environ, NUMBA_CACHE_DIR=str(cache), **env,
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", script, *args], env=environ, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def describe_in_a_fresh_process(store: pathlib.Path, cache: pathlib.Path, **env: str) -> dict:
     """Run :data:`CHILD` on ``store`` with numba's cache in ``cache``; what it printed."""
-    environ = dict(
-        os.environ,
-        NUMBA_CACHE_DIR=str(cache),
-        **env,
-        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(store)],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+    done = fresh_process(CHILD, str(store), cache=cache, **env)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -140,10 +137,7 @@ def test_the_helper_imports_before_the_first_chunk_task(tmp_path: pathlib.Path) 
 
     store = tmp_path / "data.zarr"
     db.synth(3000, 4, classes=2, path=str(store), chunk_rows=1000)
-    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="1",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", EARLY, str(store)], env=environ, capture_output=True, text=True,
-                          timeout=280)
+    done = fresh_process(EARLY, str(store), cache=tmp_path / "cache", DASKBATCH_COMPILE_AHEAD="1")
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     # Started while describe planned (its imports overlap the run's start), then given the first chunk's sample.
@@ -173,9 +167,7 @@ exit_now(2)
 def test_exit_now_ends_the_helper_too(tmp_path: pathlib.Path) -> None:
     # The CLI leaves on an interrupt, or a refusal once a pass has read, by exit_now (no exit hooks, no
     # finalisation: reads may be in flight); it ends the helper, which would outlive the parent compiling.
-    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="1",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", EXIT_NOW], env=environ, capture_output=True, text=True, timeout=120)
+    done = fresh_process(EXIT_NOW, cache=tmp_path / "cache", timeout=120, DASKBATCH_COMPILE_AHEAD="1")
     assert done.returncode == 2, done.stderr[-2000:]
     helper = int(done.stdout.split()[-1])
     assert gone(helper)
@@ -211,10 +203,7 @@ def test_a_run_that_fails_before_its_first_chunk_task_ends_the_waiting_helper(tm
 
     store = tmp_path / "data.zarr"
     db.synth(3000, 4, classes=2, path=str(store), chunk_rows=1000)
-    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="1",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", FAILED_RUN, str(store)], env=environ, capture_output=True,
-                          text=True, timeout=120)
+    done = fresh_process(FAILED_RUN, str(store), cache=tmp_path / "cache", timeout=120, DASKBATCH_COMPILE_AHEAD="1")
     assert done.returncode == 0, done.stderr[-2000:]
     started, pid, code = done.stdout.split()
     assert (started, pid, code) == ("1", "None", "0")  # one helper, no longer this process's, ended by itself
