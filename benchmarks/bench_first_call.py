@@ -102,7 +102,9 @@ for _ in range(2):
     t = time.perf_counter()
     db.describe(sys.argv[1], label="y")
     calls.append({"describe": time.perf_counter() - t, **{k: spent[k] - before[k] for k in spent}})
-print(json.dumps({"import": t_import - t_start, "calls": calls, "per_kernel": per_kernel}))
+from daskbatch.stats.kernels import ahead
+print(json.dumps({"import": t_import - t_start, "calls": calls, "per_kernel": per_kernel,
+                  "helper": ahead.child_pid() is not None}))
 """
 
 
@@ -121,7 +123,7 @@ def api_row(store: str, env: dict[str, str]) -> dict[str, float]:
     # The process's start-up and interpreter exit count with the imports; the second call is not part of it.
     total = wall - second["describe"]
     return {"total": total, "imports": total - first["describe"], **_split(first), "second": second,
-            "per_kernel": child["per_kernel"]}
+            "per_kernel": child["per_kernel"], "helper": child["helper"]}
 
 
 def _split(call: dict[str, float]) -> dict[str, float]:
@@ -207,6 +209,11 @@ def split_rows(store: str, env: dict[str, str], work: str, repeat: int, rows: in
     print(f"| second call, same process | {second['describe']:.2f} | - | {s['kernels']:.2f} | {s['planning']:.2f} "
           f"| {s['read+compute']:.2f} |")
     print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
+    # The helper runs only while a core is idle (the last minute's load below the cores): back-to-back runs
+    # can leave a cold row without it, which a new user's first call on an idle machine would have.
+    helped = sum(r["helper"] for r in cold)
+    print(f"cold rows with the compile helper: {helped} of {len(cold)} (the best: {'yes' if cold_row['helper'] else 'no'}; "
+          "DASKBATCH_COMPILE_AHEAD=1 starts it whatever the load)")
     for name, r in (("cold", cold_row), ("warm", warm_row)):  # where the kernels phase went, by numba function
         kernels = sorted(r["per_kernel"].items(), key=lambda kv: -kv[1])
         print(f"{name} kernels ({len(kernels)} top-level compiles or loads): "
