@@ -1,9 +1,10 @@
 """The planner's memory model, what it reads (:class:`Resources`) and what it returns (:class:`Plan`).
 
 Pure (no dask, zarr or cupy). Each statistic declares its :class:`~daskbatch.stats.declaration.Footprint` and the
-model adds them up: a chunk task holds the raw block, its read buffers, one float64 copy, labels and weights, the
-hungriest statistic's temporaries and all states; a merge task ``split_every`` input states, the old and new results
-and the largest merge temporaries (checked against ``tracemalloc`` in ``tests/test_plan_memory.py``).
+model adds them up: a chunk task holds the raw block, its read buffers, one float64 copy (and the CPU kernels'
+float32 copy of 1- and 2-byte values), labels and weights, the hungriest statistic's temporaries and all states; a
+merge task ``split_every`` input states, the old and new results and the largest merge temporaries (checked against
+``tracemalloc`` in ``tests/test_plan_memory.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from daskbatch import config
 from daskbatch._common import plural as _plural
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
+from daskbatch.stats.kernels.path import FLOAT32_COPY_ITEMSIZE
 from daskbatch.stats.registry import STATISTICS as DECLARED
 
 __all__ = [
@@ -136,6 +138,8 @@ def chunk_task_terms(  # numpydoc ignore=PR01,RT01
         "raw": elems * itemsize,
         # A GPU task gets its block decoded (on the host): device memory holds no read buffers.
         "read buffers": 0 if path == "gpu-compiled" else READ_BUFFERS * elems * itemsize,
+        # The CPU kernels read 1- and 2-byte values from one float32 copy of the block (a bundle makes it once).
+        **({"float32 copy": elems * 4} if path == "compiled" and itemsize <= FLOAT32_COPY_ITEMSIZE else {}),
         "float64 copy": copies * elems * 8,
         "labels": labels,
         **weights,

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
+
 from daskbatch._common import Array
 from daskbatch.stats.numerics import namespace, positive_rows
 
@@ -171,6 +173,32 @@ def merge_all(stat: Statistic[S, Any], states: Sequence[S]) -> S:
     return many(states) if many is not None else functools.reduce(stat.merge, states)
 
 
+def _float32_copy(stats: Sequence[Any], x: Array) -> Array | None:
+    """The float32 copy of a host block of 1- or 2-byte values that the CPU kernels read, made once; None: not needed."""
+    from daskbatch.stats.kernels.path import (  # lazy: the kernels' package
+        FLOAT32_COPY_ITEMSIZE,
+        float32_block,
+        kernel_path,
+    )
+
+    if not isinstance(x, np.ndarray) or x.dtype.itemsize > FLOAT32_COPY_ITEMSIZE or not any(map(_takes_copy, stats)):
+        return None
+    if kernel_path(x).kind != "numba-cpu":  # the array-API code casts to float64 itself
+        return None
+    copy = float32_block(x)
+    return None if copy is x else copy
+
+
+def _takes_copy(stat: Any) -> bool:
+    """Whether ``stat``'s state is the same for a block and its float32 copy, which its kernels read anyway."""
+    return bool(getattr(stat, "takes_float32_copy", False))
+
+
+def _block_for(stat: Any, x: Array, copy: Array | None) -> Array:
+    """The block ``stat`` reads: the bundle's float32 copy where it takes one, else ``x`` as given."""
+    return copy if copy is not None and _takes_copy(stat) else x
+
+
 @dataclass(frozen=True)
 class Bundle:  # numpydoc ignore=PR02
     """Several statistics computed in one pass: each chunk is read and cast once.
@@ -227,16 +255,18 @@ class Bundle:  # numpydoc ignore=PR02
         """
         # Only the statistics that read labels get them: the others' chunk sees label=None, as documented.
         if weights is None:
-            return tuple(s.chunk(x, label if reads_label(s) else None) for s in self.stats)
+            copy = _float32_copy(self.stats, x)
+            return tuple(s.chunk(_block_for(s, x, copy), label if reads_label(s) else None) for s in self.stats)
         for s in self.stats:
             if not reads_weights(s):
                 raise ValueError(f"statistic {s.name!r} does not take sample weights (weights=)")
         # Rows of weight 0 are dropped once here, not once per statistic (each would copy the block).
         as_read = x
         x, label, weights = positive_rows(namespace(x), x, label, weights)
+        copy = _float32_copy(self.stats, x)
         weighted: tuple[Any, ...] = self.stats  # the protocol's chunk has no weights=; takes_weights says these do
         # A statistic of the rows themselves (the content digest) sees every row, whatever its weight.
-        return tuple(s.chunk(as_read if getattr(s, "reads_every_row", False) else x,
+        return tuple(s.chunk(as_read if getattr(s, "reads_every_row", False) else _block_for(s, x, copy),
                              label if reads_label(s) else None, weights=weights) for s in weighted)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -144,6 +144,8 @@ class ClassMoments:  # numpydoc ignore=PR02
     name = "class_moments"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
+    #: Its state is the same for a block and the block's float32 copy (``Bundle.chunk`` gives 1- and 2-byte values so).
+    takes_float32_copy = True
     #: ``chunk`` needs the label (describe's runner passes it to statistics that say so).
     by_label = True
     #: ``chunk`` takes sample weights (``weights=``).

@@ -189,6 +189,8 @@ class CoMoments:  # numpydoc ignore=PR02
     name = "cov"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
+    #: Its state is the same for a block and the block's float32 copy (``Bundle.chunk`` gives 1- and 2-byte values so).
+    takes_float32_copy = True
     #: Couples all features: a chunk must span every column.
     joint = True
     #: ``chunk`` takes sample weights (``weights=``).

@@ -232,6 +232,8 @@ class Moments:  # numpydoc ignore=PR02
     name = "moments"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
+    #: Its state is the same for a block and the block's float32 copy (``Bundle.chunk`` gives 1- and 2-byte values so).
+    takes_float32_copy = True
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
 

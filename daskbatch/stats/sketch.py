@@ -21,6 +21,7 @@ import numpy as np
 from daskbatch._common import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
+from daskbatch.stats.kernels.path import float32_block
 from daskbatch.stats.numerics import (
     as_float64,
     device,
@@ -139,6 +140,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
     name = "sketch"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu"})
+    #: Its state is the same for a block and the block's float32 copy (``Bundle.chunk`` gives 1- and 2-byte values so).
+    takes_float32_copy = True
     #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
     takes_weights = True
 
@@ -206,6 +209,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
                                        grid=xp.astype(empty.grid, xp.float64),
                                        **_named(_TAILS, empty_tails(xp, n_features, 0, dev)))
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
+            x = float32_block(x)  # once for the four loops below, where the values are 1 or 2 bytes
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights,

@@ -120,9 +120,10 @@ _jit_nocheck_inline = _compiler(error_model="numpy", inline="always")
 
 @intrinsic
 def _load(typingctx, v, lut):  # noqa: ANN001, ANN202
-    """``np.float64(v)``, or ``lut[v]`` when ``lut`` is the float16 table and ``v`` a float16's bits."""
-    # Chosen at compile time from the type of `lut`: numba has no float16 arrays,
-    # so float16 chunks arrive as their uint16 bits plus a 65536-entry table.
+    """``np.float64(v)``, or ``lut[v]`` when ``lut`` is a decoding table and ``v`` an index into it."""
+    # Chosen at compile time from the type of `lut`. path.numba_view gives None: float16, which numba has no
+    # arrays of, comes as a float32 copy (path.float32_block), so the table branch compiles for no block of
+    # daskbatch's own.
     if isinstance(lut, types.NoneType):
         def cast(context, builder, sig, args):  # noqa: ANN001, ANN202
             return context.cast(builder, args[0], sig.args[0], types.float64)

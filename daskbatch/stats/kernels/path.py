@@ -13,8 +13,8 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 __all__ = [
-    "COMPILED", "KERNEL_PATHS", "KernelPath", "Kind", "Stager", "available", "centring_rows", "enabled",
-    "gpu_available", "kernel_path", "numba_view", "split_rows", "stager",
+    "COMPILED", "FLOAT32_COPY_ITEMSIZE", "KERNEL_PATHS", "KernelPath", "Kind", "Stager", "available",
+    "centring_rows", "enabled", "float32_block", "gpu_available", "kernel_path", "numba_view", "split_rows", "stager",
 ]
 
 #: The code that reads a block: the numba loops on a NumPy block, the numba-cuda
@@ -125,20 +125,29 @@ def _library(x: Any) -> str:
     return type(x).__module__.split(".")[0]
 
 
-@functools.cache
-def _half_table() -> Any:
-    """The float64 value of every float16 bit pattern (exact; numba lacks float16)."""
-    return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
+#: Widest values, in bytes, that the CPU kernels read from a float32 copy of the block (:func:`float32_block`).
+FLOAT32_COPY_ITEMSIZE = 2
+
+
+def float32_block(x: Any) -> Any:
+    """A NumPy block of 1- or 2-byte values (bool, 8- and 16-bit integers, float16) as its float32 copy; any other as it is.
+
+    Every such value is exact in float32, and the kernels read each value as a float64, so their states are the
+    same bit for bit. One copy a block spares each kernel a compiled specialisation of its own per dtype (a first
+    call's compile each) and reads faster than the narrow loops (the sketch keys float32 values by their bits).
+    """
+    if isinstance(x, np.ndarray) and x.dtype.itemsize <= FLOAT32_COPY_ITEMSIZE and x.dtype.kind in "biuf":
+        return x.astype(np.float32)
+    return x
 
 
 def numba_view(x: Any) -> tuple[Any, Any]:
-    """``x`` as the numba kernels read it: float16 as its uint16 bits plus the decoding table."""
-    # bool is read as its uint8 bytes (0 or 1), which saves compiling one more specialisation.
-    if x.dtype.kind == "f" and x.dtype.itemsize == 2:
-        return x.view("uint16"), _half_table()
-    if x.dtype.kind == "b":
-        return x.view("uint8"), None
-    return x, None
+    """``x`` as the numba kernels read it, and their decoding table (None: the values themselves).
+
+    1- and 2-byte values come as a float32 copy (:func:`float32_block`); a statistic that runs several kernels
+    on one block copies it once first, and :class:`~daskbatch.stats.Bundle` once for all of its statistics.
+    """
+    return float32_block(x), None
 
 
 #: Bytes of the float64 centring buffer aimed at: with the float32 block it is read from,
