@@ -34,6 +34,7 @@ chunks at 64 features), built on first use under ``--data-dir``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
 import sys
 import time
@@ -180,8 +181,8 @@ def least_cpu(steps: dict[str, tuple[float, float]], rows: int, chunk_rows: int)
     return per_chunk / 1e3 * rows / chunk_rows
 
 
-#: The loop modules that ``--against`` compares, and their kernels timed.
-AGAINST = ("_numba_histogram", "_numba_sketch", "_sketch_table", "_numba_moments")
+#: The kernel modules that ``--against`` copies from each checkout: the helpers they share, then the loops it times.
+AGAINST = ("_numba", "_numba_histogram", "_numba_sketch", "_sketch_table", "_numba_moments")
 
 
 def _kernel_modules(root: Path, tag: str, scratch: Path) -> dict[str, Any]:
@@ -231,14 +232,19 @@ def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple
     k_min, k_max = sk.key_range
     n = sk.n_buckets
 
+    def call(f: Any, *args: Any) -> Any:
+        """``f(b, *args)``, with the decoding table (None) that the kernels before session 27 took after the block."""
+        takes_table = "lut" in inspect.signature(getattr(f, "py_func", f)).parameters
+        return f(b, None, *args) if takes_table else f(b, *args)
+
     def hist(m: Any, bins: int, labels: np.ndarray, classes: int) -> tuple[Any, ...]:
         counts = np.zeros(d * (bins + 3) * classes, dtype=np.int64)
-        m.histogram_counts(b, None, lo, hi, (hi - lo) / bins, bins / (hi - lo), bins, labels, classes, counts, None)
+        call(m.histogram_counts, lo, hi, (hi - lo) / bins, bins / (hi - lo), bins, labels, classes, counts, None)
         return (counts,)
 
     def sketch(m: Any) -> tuple[Any, ...]:
         counts, offset = np.zeros((d, 2 * n + 4), dtype=np.int64), np.empty((d, 2), dtype=np.int64)
-        extrema = m.sketch_counts_all(b, None, sk.ln_gamma, sk.min_magnitude, k_min, k_max, n, counts, offset, None)
+        extrema = call(m.sketch_counts_all, sk.ln_gamma, sk.min_magnitude, k_min, k_max, n, counts, offset, None)
         return (counts, offset, *extrema)
 
     def sketch_f32(m: Any) -> tuple[Any, ...]:
@@ -252,12 +258,12 @@ def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple
         step, first = grid_steps(lo, hi, grid_bins(n))
         counts = np.zeros((d, grid_bins(n)), dtype=np.int64)
         block, per_coarse, fine, coarse = tail_layout(*b.shape, sk.tail_values)
-        m.grid_tail_blocks(b, None, step, first, counts, block, per_coarse, fine, coarse)
+        call(m.grid_tail_blocks, step, first, counts, block, per_coarse, fine, coarse)
         return counts, fine, coarse
 
     def class_moments(m: Any) -> tuple[Any, ...]:
         fields = [np.zeros((k, d), dtype=np.int64)] + [np.zeros((k, d)) for _ in range(4)]
-        m.class_moments_chunk(b, None, codes, *fields, None)
+        call(m.class_moments_chunk, codes, *fields, None)
         return tuple(fields)
 
     loops = {
@@ -268,7 +274,7 @@ def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple
         "Sketch of float32 (every bucket kept)": ("_sketch_table", sketch_f32),
         "Sketch's grid and tail blocks": ("_sketch_table", grid_tails),
         f"ClassMoments ({k} classes)": ("_numba_moments", class_moments),
-        "Moments": ("_numba_moments", lambda m: m.moments_chunk(b, None, None)),
+        "Moments": ("_numba_moments", lambda m: call(m.moments_chunk, None)),
     }
     with tempfile.TemporaryDirectory() as scratch:
         sides = [_kernel_modules(other, "against", Path(scratch)), _kernel_modules(HERE.parent, "this", Path(scratch))]

@@ -85,7 +85,7 @@ def test_block_with_no_complete_rows() -> None:
 
     x = far_from_zero(300, 3, seed=3)
     x[100:200, 2] = np.nan  # block 1 of 3 (100 rows each) has none
-    n, total, shift, mean, c = chunk_comoments(x, None, None, 100)
+    n, total, shift, mean, c = chunk_comoments(x, None, 100)
     rows, ref_total, ref_mean, ref_c = reference(x)
     assert (n, total) == (rows, ref_total)
     np.testing.assert_allclose(shift + mean, ref_mean, rtol=RTOL)
@@ -96,11 +96,11 @@ def test_no_complete_rows_and_no_rows() -> None:
     from daskbatch.stats.kernels._numba_comoments import chunk_comoments
 
     x = np.full((50, 3), np.nan)
-    n, total, shift, mean, c = chunk_comoments(x, None, None, 16)
+    n, total, shift, mean, c = chunk_comoments(x, None, 16)
     assert (n, total) == (0, 0.0)
     for field in (shift, mean, c):
         np.testing.assert_array_equal(field, 0.0)
-    n, total, shift, mean, c = chunk_comoments(np.empty((0, 3)), None, None, 16)
+    n, total, shift, mean, c = chunk_comoments(np.empty((0, 3)), None, 16)
     assert (n, total, shift.shape, mean.shape, c.shape) == (0, 0.0, (3,), (3,), (3, 3))
     state = CoMoments().chunk(np.empty((0, 3), dtype=np.float32))
     assert float(state.n) == 0.0 and state.c.shape == (3, 3)
@@ -128,9 +128,9 @@ def test_block_size_does_not_matter_beyond_rounding() -> None:
     from daskbatch.stats.kernels._numba_comoments import chunk_comoments
 
     x = far_from_zero(3000, 5, seed=8)
-    one = chunk_comoments(x, None, None, 10**6)
+    one = chunk_comoments(x, None, 10**6)
     for block_rows in (1, 7, 1000):
-        many = chunk_comoments(x, None, None, block_rows)
+        many = chunk_comoments(x, None, block_rows)
         assert many[:2] == one[:2]
         np.testing.assert_array_equal(many[2], one[2])
         np.testing.assert_allclose(many[3], one[3], rtol=RTOL)

@@ -4,8 +4,8 @@
 ``daskbatch.stats.kernels._numba_histogram.histogram_counts`` (one slot per
 value, guarded against every range, two integer multiplies for the index). The
 current loop must give the same int64 counts and the same float64 sums of
-weights for every input: each dtype the kernels read (float16 as its bits plus
-the decoding table), NaN, ±inf, values on, just below and just above every
+weights for every input: each dtype the kernels read (float16, which the
+reference read as its bits plus a decoding table and the kernels as a float32 copy), NaN, ±inf, values on, just below and just above every
 edge, values beyond ±2**63, ranges of any sign, tiny, huge and overflowing
 ranges, steps and scales nudged off ``(hi - lo) / bins``, counts that already
 hold values, and shapes that divide nothing evenly.
@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskbatch.stats import kernels
+from daskbatch.stats.kernels.path import numba_view
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
 
@@ -117,7 +118,7 @@ def _chunk(
 
 
 def _as(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """``x`` in ``dtype``, as the kernels read it (float16 as bits plus table)."""
+    """``x`` in ``dtype`` as the reference loop read it (float16 as bits plus table)."""
     with np.errstate(all="ignore"):
         if dtype == "float16":
             return x.astype(np.float16).view(np.uint16), np.arange(2**16, dtype=np.uint16).view(np.float16).astype(float)
@@ -141,7 +142,9 @@ def _both(x, lut, lo, hi, step, scale, bins, labels, n_classes, weights, seed=0)
         start = rng.standard_normal(size) * 1e3
     want, got = start.copy(), start.copy()
     _reference_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, want, weights)
-    histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, got, weights)
+    # The current loop reads the kernels' view: float16 as its float32 copy (path.numba_view), the reference its bits.
+    current = numba_view(x if lut is None else x.view(np.float16))
+    histogram_counts(current, lo, hi, step, scale, bins, labels, n_classes, got, weights)
     return want, got
 
 

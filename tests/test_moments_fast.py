@@ -26,13 +26,13 @@ if kernels.available():
     from daskbatch.stats.kernels.path import numba_view
 
     @numba.njit(cache=True)  # compiled once per dtype and layout, as the kernels are
-    def frozen_moments(x, lut, weights):  # noqa: ANN001, ANN201
+    def frozen_moments(x, weights):  # noqa: ANN001, ANN201
         """The former moments_chunk: one masked loop per pass."""
         rows, d = x.shape
         shift = np.zeros(d)
         for j in range(d):
             for i in range(rows):
-                v = _load(x[i, j], lut)
+                v = _load(x[i, j])
                 if _finite(v):
                     shift[j] = v
                     break
@@ -51,7 +51,7 @@ if kernels.available():
             for i in range(i0, min(i0 + BLOCK, rows)):
                 wi = _weight(weights, i)
                 for j in range(d):
-                    v = _load(x[i, j], lut)
+                    v = _load(x[i, j])
                     fin = _finite(v)
                     part[j] += wi * (v - shift[j]) if fin else 0.0
                     wpart[j] += wi if fin else 0.0
@@ -76,7 +76,7 @@ if kernels.available():
             for i in range(i0, min(i0 + BLOCK, rows)):
                 wi = _weight(weights, i)
                 for j in range(d):
-                    v = _load(x[i, j], lut)
+                    v = _load(x[i, j])
                     dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
                     wdev = wi * dev
                     p1[j] += wdev
@@ -91,7 +91,7 @@ if kernels.available():
         return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
 
     @numba.njit(cache=True)  # compiled once per dtype and layout, as the kernels are
-    def frozen_class_moments(x, lut, codes, count, shift, total, s1, s2, weights):  # noqa: ANN001, ANN201
+    def frozen_class_moments(x, codes, count, shift, total, s1, s2, weights):  # noqa: ANN001, ANN201
         """The former class_moments_chunk: one masked running sum per pass."""
         rows, d = x.shape
         n_classes = count.shape[0]
@@ -99,7 +99,7 @@ if kernels.available():
         for i in range(rows):
             k = codes[i]
             for j in range(d):
-                v = _load(x[i, j], lut)
+                v = _load(x[i, j])
                 if not found[k, j] and _finite(v):
                     found[k, j] = True
                     shift[k, j] = v
@@ -107,7 +107,7 @@ if kernels.available():
             k = codes[i]
             wi = _weight(weights, i)
             for j in range(d):
-                v = _load(x[i, j], lut)
+                v = _load(x[i, j])
                 fin = _finite(v)
                 total[k, j] += (v - shift[k, j]) * wi if fin else 0.0
                 count[k, j] += fin * wi
@@ -120,7 +120,7 @@ if kernels.available():
             k = codes[i]
             wi = _weight(weights, i)
             for j in range(d):
-                v = _load(x[i, j], lut)
+                v = _load(x[i, j])
                 dev = ((v - shift[k, j]) - mean[k, j]) if _finite(v) else 0.0
                 s1[k, j] += dev * wi
                 s2[k, j] += dev * dev * wi
@@ -186,7 +186,7 @@ def test_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: bool) 
     x0 = _chunk(case, dtype)
     w = np.random.default_rng(1).uniform(0.25, 4.0, x0.shape[0]) if weighted else None
     for x in _layouts(x0, weighted):
-        _equal(fast.moments_chunk(*numba_view(x), w), frozen_moments(*numba_view(x), w))
+        _equal(fast.moments_chunk(numba_view(x), w), frozen_moments(numba_view(x), w))
 
 
 @pytest.mark.parametrize(("case", "dtype", "weighted"), COMBOS)
@@ -201,7 +201,7 @@ def test_class_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: 
         for loop in (fast.class_moments_chunk, frozen_class_moments):
             fields = [np.zeros((k, d), dtype=np.float64 if weighted else np.int64)]
             fields += [np.zeros((k, d)) for _ in range(4)]
-            loop(*numba_view(x), codes, *fields, w)
+            loop(numba_view(x), codes, *fields, w)
             states.append(tuple(fields))
         _equal(*states)
 
@@ -209,7 +209,7 @@ def test_class_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: 
 def test_fast_blocks_against_numpy() -> None:
     """The states' meaning, to rounding, against float64 NumPy on a chunk with NaN and infinities."""
     x = _chunk("few_bad", "float64")
-    count, wsum, shift, approx_mean, s1, s2, *_, fmin, fmax, nan, posinf = fast.moments_chunk(x, None, None)
+    count, wsum, shift, approx_mean, s1, s2, *_, fmin, fmax, nan, posinf = fast.moments_chunk(x, None)
     finite = np.isfinite(x)
     np.testing.assert_array_equal(count, finite.sum(0))
     np.testing.assert_array_equal(wsum, count.astype(np.float64))
@@ -232,11 +232,11 @@ def test_blocks_take_the_fast_path_again_after_masked_ones() -> None:
     x = np.random.default_rng(3).gamma(2.0, 3.0, size=((3 * r + 8) * BLOCK, 9)).astype(np.float32)
     x[: (2 * r + 4) * BLOCK : 17] = np.nan
     expected = np.arange(3 * r + 8) >= 3 * r
-    clean = fast._pass1(x, None, None, np.zeros(x.shape[1]))[-1]
+    clean = fast._pass1(x, None, np.zeros(x.shape[1]))[-1]
     np.testing.assert_array_equal(clean, expected)
     k, d = 3, x.shape[1]
     codes = np.random.default_rng(2).integers(0, k, x.shape[0]).astype(np.int64)
     count, total, shift = np.zeros((k, d), dtype=np.int64), np.zeros((k, d)), np.zeros((k, d))
-    np.testing.assert_array_equal(fast._class_pass1_blocks(x, None, None, codes, count, shift, total), expected)
-    few = fast._pass1(_chunk("few_bad", "float32"), None, None, np.zeros(9))[-1]
+    np.testing.assert_array_equal(fast._class_pass1_blocks(x, None, codes, count, shift, total), expected)
+    few = fast._pass1(_chunk("few_bad", "float32"), None, np.zeros(9))[-1]
     np.testing.assert_array_equal(np.flatnonzero(~few), [0, 2, 6, 7])  # rows 5; 300, 301; 777; 999

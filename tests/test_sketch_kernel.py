@@ -50,9 +50,9 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     counts = np.zeros_like(np.asarray(fast.counts))
     offset = np.empty_like(np.asarray(fast.offset))
     collapsed = np.empty(offset.shape, dtype=np.uint8)
-    data, lut = numba_view(x)  # as the wrapper hands chunks to the kernels
+    data = numba_view(x)  # as the wrapper hands chunks to the kernels
     fmin, fmax = _numba_sketch.sketch_counts_log(
-        data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed,
+        data, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed,
         None,
     )
     np.testing.assert_array_equal(np.asarray(fast.counts), counts, strict=True)
@@ -334,8 +334,8 @@ def test_grid_counts_bin_as_ldexp_does_at_every_scale() -> None:
     step, first = _grid_steps(x.min(0), x.max(0), bins)
     assert (np.abs(step) > 1022).any() and (np.abs(step) < 1022).any()
     counts = np.zeros((x.shape[1], bins), dtype=np.int64)
-    data, lut = numba_view(x)
-    _sketch_table.grid_counts(data, lut, None, step, first, counts)
+    data = numba_view(x)
+    _sketch_table.grid_counts(data, None, step, first, counts)
     want = np.clip(np.floor(np.ldexp(x, -step[None, :])).astype(np.int64) - first[None, :], 0, bins - 1)
     for j in range(x.shape[1]):
         np.testing.assert_array_equal(counts[j], np.bincount(want[:, j], minlength=bins), err_msg=f"column {j}")

@@ -47,7 +47,7 @@ def _frozen_heap_replace(h: np.ndarray, j: int, v: float) -> None:
 
 @numba.njit(cache=False)
 def _frozen_tail_heaps(
-    x: np.ndarray, lut: np.ndarray | None, low: np.ndarray, neg_high: np.ndarray
+    x: np.ndarray, low: np.ndarray, neg_high: np.ndarray
 ) -> None:
     """The replaced kernel (``tail_heaps``), as it was: every finite value offered to both heaps in row order."""
     rows, n_features = x.shape
@@ -57,12 +57,12 @@ def _frozen_tail_heaps(
     for i in range(rows):
         outside = False
         for j in range(n_features):
-            v = _load(x[i, j], lut)
+            v = _load(x[i, j])
             outside |= (v < below[j]) | (v > above[j])
         if not outside:
             continue
         for j in range(n_features):
-            v = _load(x[i, j], lut)
+            v = _load(x[i, j])
             if _finite(v):
                 if v < low[j, 0]:
                     _frozen_heap_replace(low, j, v)
@@ -75,7 +75,7 @@ def _frozen_tail_heaps(
 def _frozen_tails(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``tails_chunk`` of a NumPy block before the change."""
     low, neg_high = np.full((x.shape[1], k), np.inf), np.full((x.shape[1], k), np.inf)
-    _frozen_tail_heaps(*numba_view(x), low, neg_high)
+    _frozen_tail_heaps(numba_view(x), low, neg_high)
     low.sort(axis=1)
     neg_high.sort(axis=1)
     return low, -neg_high
@@ -201,8 +201,8 @@ def test_a_sorted_chunk_reads_k_blocks_of_values_not_every_row(descending: bool)
     if descending:
         ordered = np.ascontiguousarray(ordered[::-1])
     k = 128
-    data, lut = numba_view(ordered)
-    block, _, bound, n_cand, _ = sketch_tails.tail_bounds(data, lut, k)
+    data = numba_view(ordered)
+    block, _, bound, n_cand, _ = sketch_tails.tail_bounds(data, k)
     assert bound is not None
     # The heaps read all 65,536 rows of each column; the bounds leave at most k blocks' values (1/16 here).
     assert block == BLOCK and n_cand.max() <= k * BLOCK, (block, n_cand.max())
@@ -218,11 +218,11 @@ def test_the_count_stores_the_candidates_a_second_read_would() -> None:
     rng = np.random.default_rng(11)
     x = (rng.normal(1000.0, 3.0, (65_536, 16)) * rng.uniform(0.01, 100.0, 16)).astype(np.float32)
     k = 128
-    data, lut = numba_view(x)
-    block, fine, bound, n_cand, stored = sketch_tails.tail_bounds(data, lut, k)
+    data = numba_view(x)
+    block, fine, bound, n_cand, stored = sketch_tails.tail_bounds(data, k)
     assert bound is not None and k <= n_cand.max() <= stored.shape[1]  # fits: no second read
     again, counts = np.empty((n_cand.size, int(n_cand.max()))), np.zeros_like(n_cand)
-    _numba_sketch.tail_candidates(data, lut, block, fine, bound, again, counts)
+    _numba_sketch.tail_candidates(data, block, fine, bound, again, counts)
     np.testing.assert_array_equal(counts, n_cand)
     for c, n in enumerate(n_cand):
         assert stored[c, :n].tobytes() == again[c, :n].tobytes()
@@ -233,7 +233,7 @@ def test_the_count_stores_the_candidates_a_second_read_would() -> None:
 
 
 @numba.njit(cache=False)
-def _frozen_grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN202
+def _frozen_grid_counts(x, weights, step, first, counts):  # noqa: ANN001, ANN202
     """The grid's loop before its row's bins were found in one branch-free loop, as it was."""
     rows, n_features = x.shape
     top = counts.shape[1] - 1
@@ -243,7 +243,7 @@ def _frozen_grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, 
     for i in range(rows):
         w = _weight(weights, i)
         for j in range(n_features):
-            v = _load(x[i, j], lut)
+            v = _load(x[i, j])
             if _finite(v):
                 scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
                 b = np.int64(math.floor(scaled)) - first[j]
@@ -266,9 +266,9 @@ def test_grid_counts_are_the_frozen_loops(scales: str, weighted: bool, dtype: st
     for count_dtype in (np.int32, np.int64, np.float64):
         got = np.zeros((n_features, 300), dtype=count_dtype)
         want = np.zeros_like(got)
-        data, lut = numba_view(x)
-        _sketch_table.grid_counts(data, lut, w, step, first, got)
-        _frozen_grid_counts(data, lut, w, step, first, want)
+        data = numba_view(x)
+        _sketch_table.grid_counts(data, w, step, first, got)
+        _frozen_grid_counts(data, w, step, first, want)
         np.testing.assert_array_equal(got, want, strict=True)
 
 
@@ -287,12 +287,12 @@ def test_grid_tail_blocks_are_grid_counts_and_tail_blocks(dtype: str) -> None:
     x[rng.random(x.shape) < 0.02] = -0.0
     finite = np.where(np.isfinite(x), x, np.nan).astype(np.float64)
     step, first = _grid_steps(np.nanmin(finite, 0), np.nanmax(finite, 0), 64)
-    data, lut = numba_view(x)
+    data = numba_view(x)
     want, got = np.zeros((6, 64), np.int32), np.zeros((6, 64), np.int32)
     blocks_want, blocks_got = tail_layout(5_000, 6, 8), tail_layout(5_000, 6, 8)
-    _sketch_table.grid_counts(data, lut, None, step, first, want)
-    _numba_sketch.tail_blocks(data, lut, *blocks_want)
-    _sketch_table.grid_tail_blocks(data, lut, step, first, got, *blocks_got)
+    _sketch_table.grid_counts(data, None, step, first, want)
+    _numba_sketch.tail_blocks(data, *blocks_want)
+    _sketch_table.grid_tail_blocks(data, step, first, got, *blocks_got)
     assert np.array_equal(want, got)
     for a, b in zip(blocks_want[2:], blocks_got[2:], strict=True):
         assert np.array_equal(a, b) and np.array_equal(np.signbit(a), np.signbit(b))

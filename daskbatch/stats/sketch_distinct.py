@@ -59,7 +59,7 @@ def compiled_distinct(
     n_features = x.shape[1]
     size = _table_size(k)
     values, counts, held = empty_distinct(np, n_features, k)
-    data, lut = numba_view(x)
+    data = numba_view(x)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     # The hash tables of a block of features at a time: their scratch stays 16 x 2 k float64 pairs
     # (512 kB at k = 1024) however wide the chunk.
@@ -71,7 +71,6 @@ def compiled_distinct(
         table[:width] = np.nan  # empty
         distinct_counts(
             data,
-            lut,
             w,
             int(k),
             first,
@@ -285,15 +284,15 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
         from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
         counts = np.zeros((n_features, bins), dtype=dtype)
-        data, lut = numba_view(x)
+        data = numba_view(x)
         w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
         # Every 2**-step a normal float (finite data's): the grid and the tails' block minima in one sweep.
         if tail_blocks is not None and w is None and bool(np.all((-1022 <= -step) & (-step <= 1023))):
-            _sketch_table.grid_tail_blocks(data, lut, step, first, counts, *tail_blocks)
+            _sketch_table.grid_tail_blocks(data, step, first, counts, *tail_blocks)
             return counts, step, first
-        _sketch_table.grid_counts(data, lut, w, step, first, counts)
+        _sketch_table.grid_counts(data, w, step, first, counts)
         if tail_blocks is not None:
-            _numba_sketch.tail_blocks(data, lut, *tail_blocks)
+            _numba_sketch.tail_blocks(data, *tail_blocks)
         return counts, step, first
     dev = device(x)
     x = xp.astype(x, xp.float64)

@@ -77,20 +77,20 @@ def _tails_compiled(x: np.ndarray, k: int, blocks: TailBlocks | None) -> tuple[n
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
     n_features = x.shape[1]
-    data, lut = numba_view(x)
-    block, fine, bound, n_cand, cand = tail_bounds(data, lut, k, blocks)
+    data = numba_view(x)
+    block, fine, bound, n_cand, cand = tail_bounds(data, k, blocks)
     columns = fine.shape[1] // 2
     if bound is None:  # fewer blocks than k bound nothing: each column's heap, in row order
         ends = np.empty((columns, k))
         for column in range(columns):
-            kernels.tail_replay(data, lut, block, ends, column, fine)
+            kernels.tail_replay(data, block, ends, column, fine)
         ends.sort(axis=1)
         return ends[:n_features], -ends[n_features:]
     width = max(int(n_cand.max(initial=0)), k)
     if width > cand.shape[1]:  # a column has more candidates than were stored while counted: all of them, again
         cand = np.empty((columns, width))
         n_cand[:] = 0
-        kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
+        kernels.tail_candidates(data, block, fine, bound, cand, n_cand)
     ends = np.where(np.arange(width) < n_cand[:, None], cand[:, :width], np.inf)
     if width > k:
         ends = np.partition(ends, k - 1, axis=1)[:, :k]
@@ -98,7 +98,7 @@ def _tails_compiled(x: np.ndarray, k: int, blocks: TailBlocks | None) -> tuple[n
     # Equal values have equal bits but for 0.0 and -0.0: which of them stays in a column whose kept
     # values hold a zero is the row order's, as the heaps always filled.
     for c in np.flatnonzero((ends == 0.0).any(axis=1)):
-        kernels.tail_replay(data, lut, block, ends, c, fine)
+        kernels.tail_replay(data, block, ends, c, fine)
     ends.sort(axis=1)
     return ends[:n_features], -ends[n_features:]
 
@@ -117,7 +117,7 @@ def tail_layout(rows: int, n_features: int, k: int) -> TailBlocks:
 
 
 def tail_bounds(
-    data: np.ndarray, lut: np.ndarray, k: int, blocks: TailBlocks | None = None
+    data: np.ndarray, k: int, blocks: TailBlocks | None = None
 ) -> tuple[int, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x`` (None: fewer blocks than ``k``), values below it, the first of them."""
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
@@ -125,7 +125,7 @@ def tail_bounds(
     rows, n_features = data.shape
     if blocks is None:  # else filled in the grid's sweep of the chunk
         blocks = tail_layout(rows, n_features, k)
-        kernels.tail_blocks(data, lut, *blocks)
+        kernels.tail_blocks(data, *blocks)
     block, _, fine, coarse = blocks
     columns = 2 * n_features
     n_cand = np.zeros(columns, dtype=np.int64)
@@ -138,14 +138,14 @@ def tail_bounds(
     # Stored while counted, up to STORED_CANDIDATES x k a column (the scratch tails_scratch_bytes counts),
     # not room's 4 MB at 64 features: the usual count (~1.5k) needs no second read to store them.
     cand = np.empty((columns, STORED_CANDIDATES * k))
-    kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
+    kernels.tail_candidates(data, block, fine, bound, cand, n_cand)
     trend = np.flatnonzero(n_cand > room)
     # More than k blocks below a bound (a trend): the k-th least of all blocks' minima, read again.
     if trend.size:
         bound[trend] = np.partition(fine[:, trend], k - 1, axis=0)[k - 1]
         scan = np.full(columns, -np.inf)
         scan[trend], n_cand[trend] = bound[trend], 0
-        kernels.tail_candidates(data, lut, block, fine, scan, cand, n_cand)  # stored from their start again
+        kernels.tail_candidates(data, block, fine, scan, cand, n_cand)  # stored from their start again
     return block, fine, bound, n_cand, cand
 
 

@@ -119,17 +119,12 @@ _jit_nocheck_inline = _compiler(error_model="numpy", inline="always")
 
 
 @intrinsic
-def _load(typingctx, v, lut):  # noqa: ANN001, ANN202
-    """``np.float64(v)``, or ``lut[v]`` when ``lut`` is a decoding table and ``v`` an index into it."""
-    # Chosen at compile time from the type of `lut`. path.numba_view gives None: float16, which numba has no
-    # arrays of, comes as a float32 copy (path.float32_block), so the table branch compiles for no block of
-    # daskbatch's own.
-    if isinstance(lut, types.NoneType):
-        def cast(context, builder, sig, args):  # noqa: ANN001, ANN202
-            return context.cast(builder, args[0], sig.args[0], types.float64)
+def _load(typingctx, v):  # noqa: ANN001, ANN202
+    """``np.float64(v)``: a value as the kernels accumulate it (1- and 2-byte values come as float32, path.numba_view)."""
+    def cast(context, builder, sig, args):  # noqa: ANN001, ANN202
+        return context.cast(builder, args[0], sig.args[0], types.float64)
 
-        return types.float64(v, lut), cast
-    return lut.dtype(v, lut), _element(lut, v, array_arg=1)
+    return types.float64(v), cast
 
 
 @intrinsic
@@ -182,9 +177,9 @@ def _finite(v: float) -> bool:
     return abs(v) < np.inf
 
 
-def finite_first_row(x: np.ndarray, lut: np.ndarray | None) -> np.ndarray | None:
-    """Row 0 of ``x`` as float64 when every value in it is finite (and no float16 table reads it), else None."""
+def finite_first_row(x: np.ndarray) -> np.ndarray | None:
+    """Row 0 of ``x`` as float64 when every value in it is finite, else None."""
     # Usually so: then it is each column's first finite value and the first complete row, with no scan to compile.
-    if lut is None and x.shape[0] and np.isfinite(x[0]).all():
+    if x.shape[0] and np.isfinite(x[0]).all():
         return x[0].astype(np.float64)
     return None

@@ -10,31 +10,31 @@ from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight,
 
 
 @_jit
-def _first_complete_row(x, lut, shift):  # noqa: ANN001, ANN202
+def _first_complete_row(x, shift):  # noqa: ANN001, ANN202
     """Write the first row of ``x`` without NaN or ±inf into ``shift`` as float64 (left as it is without one)."""
     rows, d = x.shape
     for i in range(rows):
         ok = True
         for j in range(d):
-            ok &= _finite(_load(x[i, j], lut))
+            ok &= _finite(_load(x[i, j]))
         if ok:
             for j in range(d):
-                shift[j] = _load(x[i, j], lut)
+                shift[j] = _load(x[i, j])
             break
 
 
-def first_complete_row(x: np.ndarray, lut: np.ndarray | None) -> np.ndarray:
+def first_complete_row(x: np.ndarray) -> np.ndarray:
     """Give the first row of ``x`` without NaN or ±inf, as float64 (zeros without one)."""
-    first = finite_first_row(x, lut)
+    first = finite_first_row(x)
     if first is not None:
         return first
     shift = np.zeros(x.shape[1])  # made here, not by numba's constructors (each costs the first call a compile)
-    _first_complete_row(x, lut, shift)
+    _first_complete_row(x, shift)
     return shift
 
 
 @_jit
-def centre_block(x, lut, shift, complete, dev, weights, total, part, approx_mean, s1):  # noqa: ANN001, ANN201
+def centre_block(x, shift, complete, dev, weights, total, part, approx_mean, s1):  # noqa: ANN001, ANN201
     """Centre the complete rows of a block about its own mean into ``dev[:n]`` (``approx_mean``, ``s1`` filled)."""
     rows, d = x.shape
     total[:] = 0.0
@@ -46,14 +46,14 @@ def centre_block(x, lut, shift, complete, dev, weights, total, part, approx_mean
         for i in range(i0, min(i0 + BLOCK, rows)):
             ok = True
             for j in range(d):
-                ok &= _finite(_load(x[i, j], lut))
+                ok &= _finite(_load(x[i, j]))
             complete[i] = ok
             if ok:
                 n += 1
                 wi = _weight(weights, i)  # the literal 1 without weights: 1 * v is v, bit for bit
                 wpart += wi
                 for j in range(d):
-                    part[j] += wi * (_load(x[i, j], lut) - shift[j])
+                    part[j] += wi * (_load(x[i, j]) - shift[j])
         wsum += wpart
         for j in range(d):
             total[j] += part[j]
@@ -72,7 +72,7 @@ def centre_block(x, lut, shift, complete, dev, weights, total, part, approx_mean
                 root = math.sqrt(wi)  # 1.0 without weights: root * v and wi * v are v
                 # Two simple loops over one row's views vectorise; one loop writing dev and part did not.
                 for j in range(d):
-                    di[j] = (_load(xi[j], lut) - shift[j]) - approx_mean[j]
+                    di[j] = (_load(xi[j]) - shift[j]) - approx_mean[j]
                 for j in range(d):
                     part[j] += wi * di[j]
                     di[j] *= root
@@ -83,12 +83,12 @@ def centre_block(x, lut, shift, complete, dev, weights, total, part, approx_mean
 
 
 def chunk_comoments(
-    data: np.ndarray, lut: np.ndarray | None, weights: np.ndarray | None, block_rows: int
+    data: np.ndarray, weights: np.ndarray | None, block_rows: int
 ) -> tuple[int, float, np.ndarray, np.ndarray, np.ndarray]:
     """Compute a host chunk's co-moments block by block: each block centred about its own mean, then merged."""
     rows, d = data.shape
     block_rows = max(1, min(rows, block_rows))
-    shift = first_complete_row(data, lut)
+    shift = first_complete_row(data)
     complete = np.empty(block_rows, dtype=np.bool_)
     buffer = np.empty((block_rows, d))  # one buffer, reused by every block
     c = np.zeros((d, d))
@@ -103,7 +103,7 @@ def chunk_comoments(
         start, stop = b * block_rows, (b + 1) * block_rows
         w = None if weights is None else weights[start:stop]
         k, wsum = centre_block(
-            data[start:stop], lut, shift, complete, buffer, w, block_total, block_part, block_mean, block_s1
+            data[start:stop], shift, complete, buffer, w, block_total, block_part, block_mean, block_s1
         )
         if k == 0:
             continue  # weighs nothing in the merge below

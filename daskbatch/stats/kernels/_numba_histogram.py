@@ -63,7 +63,7 @@ def _ranged(lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray)
 
 
 @_jit
-def _count_rows(x, lut, lo, hi, step, scale, bins, classes, labelled, labels, counts, weights, ranged, base, slot):  # noqa: ANN001, ANN202
+def _count_rows(x, lo, hi, step, scale, bins, classes, labelled, labels, counts, weights, ranged, base, slot):  # noqa: ANN001, ANN202
     """The row loop of :func:`count_grids`, compiled once per kind of ``ranged`` (None or True), whatever the grids."""
     rows, d = x.shape
     grids = lo.shape[0]
@@ -72,7 +72,7 @@ def _count_rows(x, lut, lo, hi, step, scale, bins, classes, labelled, labels, co
     for i in range(rows):
         # The row read and converted once (a second grid's loop read it again: 15 % more time for two) ...
         for j in range(d):
-            row[j] = _load(x[i, j], lut)
+            row[j] = _load(x[i, j])
         # ... its slots on each grid, branch-free so that the loop vectorises ...
         for g in range(grids):
             kf, b = classes[g], bins[g]
@@ -93,16 +93,16 @@ def _count_rows(x, lut, lo, hi, step, scale, bins, classes, labelled, labels, co
 
 
 def histogram_counts(
-    x: np.ndarray, lut: np.ndarray | None, lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray,
+    x: np.ndarray, lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray,
     bins: int, labels: np.ndarray, n_classes: int, counts: np.ndarray, weights: np.ndarray | None,
 ) -> None:
     """Add to ``counts`` (D·(bins + 3)·K, flat) the counts of slot ``[under, bins…, over, nan]`` × class."""
-    count_grids(x, lut, lo[None], hi[None], step[None], scale[None], [bins], [n_classes], [labels.shape[0] > 0],
+    count_grids(x, lo[None], hi[None], step[None], scale[None], [bins], [n_classes], [labels.shape[0] > 0],
                 labels, counts, weights)
 
 
 def count_grids(
-    x: np.ndarray, lut: np.ndarray | None, lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray,
+    x: np.ndarray, lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray,
     bins: list[int], n_classes: list[int], labelled: list[bool], labels: np.ndarray, counts: np.ndarray,
     weights: np.ndarray | None,
 ) -> None:
@@ -126,7 +126,7 @@ def count_grids(
     base = (offsets[:, None] + (features[None, :] * (grid_bins[:, None] + 3) + 1) * classes[:, None]).astype(np.float64)
     # Unsigned, so that indexing with it needs no wraparound of negative indices.
     slot = np.empty((len(grid_bins), d), dtype=np.uint64)
-    _count_rows(x, lut, np.ascontiguousarray(lo), np.ascontiguousarray(hi), np.ascontiguousarray(step),
+    _count_rows(x, np.ascontiguousarray(lo), np.ascontiguousarray(hi), np.ascontiguousarray(step),
                 np.ascontiguousarray(scale), grid_bins, classes.astype(np.float64),
                 np.asarray(labelled, dtype=np.uint64), labels, counts, weights, ranged, base, slot)
 

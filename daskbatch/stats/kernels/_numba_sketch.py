@@ -195,7 +195,7 @@ def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
 
 
 @_jit
-def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
+def sketch_counts_log(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
     """:func:`sketch_counts` with a log per value: the reference expression everywhere."""
     rows, d = x.shape
     lo_key = float(k_min)
@@ -206,7 +206,7 @@ def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, count
     _sketch_start(offset, collapsed, n)
     for i in range(rows):
         for j in range(d):
-            v = _load(x[i, j], lut)
+            v = _load(x[i, j])
             a = abs(v)
             bucketed = (a >= min_magnitude) & (a < np.inf)
             key = _sketch_key(a if bucketed else 1.0, ln_gamma, lo_key, hi_key)
@@ -260,12 +260,12 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
 
 
 @_jit_nocheck_inline
-def _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, band, code):  # noqa: ANN001, ANN202
+def _recode_near(x, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, band, code):  # noqa: ANN001, ANN202
     """Key again with the reference log the values of row ``i`` within ``band`` keys of a boundary, into ``code``."""
     # Found again rather than marked in the vectorised loop, which would cost a store per value;
     # the band is twice that loop's, so that no value marked there can be missed.
     for j in range(x.shape[1]):
-        v = _load(x[i, j], lut)
+        v = _load(x[i, j])
         a = abs(v)
         q = fast_log(a) * inv_ln_gamma
         if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < band):
@@ -274,7 +274,7 @@ def _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_ke
 
 
 @_jit_nocheck
-def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
+def sketch_counts(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
     """Count every value into the sketch windows ``counts`` (D, 2w + 4) and ``offset`` (D, 2); give the finite extrema."""
     rows, d = x.shape
     lo_key = float(k_min)
@@ -289,7 +289,7 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
         n_near = 0
         # Codes of one row, branch-free so that the loop vectorises ...
         for j in range(d):
-            v = _load(x[i, j], lut)
+            v = _load(x[i, j])
             a = abs(v)
             q = fast_log(a) * inv_ln_gamma
             bucketed = (a >= min_magnitude) & (a < np.inf)
@@ -300,7 +300,7 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
         # ... the rare values close to a boundary again, with the reference expression ...
         if n_near:
-            _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
+            _recode_near(x, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
         # ... then one increment per value into its window.
         _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
     _sketch_finish(counts, offset, collapsed, n, w)
@@ -308,7 +308,7 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
 
 
 @_jit_nocheck
-def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights):  # noqa: ANN001, ANN201
+def sketch_counts_all(x, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights):  # noqa: ANN001, ANN201
     """:func:`sketch_counts` for a sketch that keeps every bucket (``w = n``): windows start at key 0 and never move."""
     rows, d = x.shape
     lo_key = float(k_min)
@@ -328,7 +328,7 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
         n_near = 0
         # Codes of one row (the code is the column here), branch-free so that it vectorises ...
         for j in range(d):
-            v = _load(x[i, j], lut)
+            v = _load(x[i, j])
             a = abs(v)
             q = fast_log(a) * inv_ln_gamma
             bucketed = (a >= min_magnitude) & (a < np.inf)
@@ -341,7 +341,7 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
         # ... the rare values close to a boundary again, with the reference expression ...
         if n_near:
-            _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
+            _recode_near(x, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
         # ... then one scattered increment per value (its row's weight with weights), at an
         # unsigned index, which needs no wraparound of negative indices.
         wi = _weight(weights, i)
@@ -373,14 +373,14 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
 
 
 @_jit_inline
-def _tail_row(x, lut, i, low, high, low2, high2):  # noqa: ANN001, ANN202
+def _tail_row(x, i, low, high, low2, high2):  # noqa: ANN001, ANN202
     """Take row ``i`` into the two least and two greatest finite values of each column of ``x`` so far."""
     # The greatest of x, not the least of -x: negated once a block (exactly, and ties kept alike: min
     # and max keep their first argument on a tie). The loop's body is written out, not a helper of
     # its own per value: numba's inlining of one that takes arrays kept the loop from vectorising
     # (3.5x its time; benchmarks/RESULTS.md, session 25).
     for j in range(x.shape[1]):  # branch-free, so that it vectorises
-        v = _load(x[i, j], lut)
+        v = _load(x[i, j])
         fin = _finite(v)
         u = v if fin else np.inf
         low2[j] = min(low2[j], max(low[j], u))
@@ -410,7 +410,7 @@ def _tail_start(low, high, low2, high2):  # noqa: ANN001, ANN202
 
 
 @_jit
-def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
+def tail_blocks(x, b, g, fine, coarse):  # noqa: ANN001, ANN201
     """Per block of ``b`` rows, the least and second least finite values of the 2D columns ``x``, ``-x``."""
     # fine (blocks, 4D): each block's least of every column, then its second least; coarse
     # (blocks / g, 2D), filled with +inf, the least over each g blocks. +inf where there are none.
@@ -419,12 +419,12 @@ def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
     _tail_start(low, high, low2, high2)
     for f in range(fine.shape[0]):
         for i in range(f * b, min(f * b + b, rows)):
-            _tail_row(x, lut, i, low, high, low2, high2)
+            _tail_row(x, i, low, high, low2, high2)
         _tail_block_end(f, g, low, high, low2, high2, fine, coarse)
 
 
 @_jit
-def tail_candidates(x, lut, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
+def tail_candidates(x, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
     """Append to ``cand[c]`` the finite values of column c below ``scan[c]``, counted in ``n_cand[c]`` past its end."""
     # A block's least value (tail_blocks) is appended as such when its second is not below the bound.
     rows, d = x.shape
@@ -438,7 +438,7 @@ def tail_candidates(x, lut, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN20
                 if fine[f, w + c] < t:
                     sign = 1.0 if c < d else -1.0
                     for i in range(f * b, min(f * b + b, rows)):
-                        u = sign * _load(x[i, c % d], lut)
+                        u = sign * _load(x[i, c % d])
                         if _finite(u) & (u < t):
                             if n < room:
                                 cand[c, n] = u
@@ -451,7 +451,7 @@ def tail_candidates(x, lut, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN20
 
 
 @_jit
-def tail_replay(x, lut, b, h, c, fine):  # noqa: ANN001, ANN201
+def tail_replay(x, b, h, c, fine):  # noqa: ANN001, ANN201
     """Fill the max-heap ``h[c]`` with the k least finite values of column c (see :func:`tail_blocks`), offered in row order."""
     # As the heaps always were filled (which of 0.0 and -0.0 stays depends on it); a block whose
     # least value is not below the heap's top holds none that enters it.
@@ -462,6 +462,6 @@ def tail_replay(x, lut, b, h, c, fine):  # noqa: ANN001, ANN201
     for f in range(fine.shape[0]):
         if fine[f, c] < h[c, 0]:
             for i in range(f * b, min(f * b + b, x.shape[0])):
-                u = sign * _load(x[i, c % d], lut)
+                u = sign * _load(x[i, c % d])
                 if _finite(u) & (u < h[c, 0]):
                     _heap_replace(h, c, u)

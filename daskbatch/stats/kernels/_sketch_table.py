@@ -248,7 +248,7 @@ _SPREAD = -7046029254386353131
 
 
 @_jit
-def _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held, live):  # noqa: ANN001, ANN202
+def _count_distinct(x, weights, k, first, table, table_counts, values, counts, held, live):  # noqa: ANN001, ANN202
     """The compiled loop of :func:`distinct_counts`: the values in hash-table order (``live``: scratch, one per feature)."""
     rows = x.shape[0]
     d = table.shape[0]
@@ -273,7 +273,7 @@ def _count_distinct(x, lut, weights, k, first, table, table_counts, values, coun
         while q < n_live:
             j = live[q]
             q += 1
-            v = _load(x[i, first + j], lut)
+            v = _load(x[i, first + j])
             if not _finite(v):
                 continue  # ±inf have slots of the sketch's own; NaN is left out
             v = v + 0.0  # -0.0 and 0.0 are one value
@@ -305,12 +305,12 @@ def _count_distinct(x, lut, weights, k, first, table, table_counts, values, coun
 
 
 def distinct_counts(
-    x: np.ndarray, lut: np.ndarray | None, weights: np.ndarray | None, k: int, first: int, table: np.ndarray,
+    x: np.ndarray, weights: np.ndarray | None, k: int, first: int, table: np.ndarray,
     table_counts: np.ndarray, values: np.ndarray, counts: np.ndarray, held: np.ndarray,
 ) -> None:
     """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them."""
     live = np.empty(held.size, dtype=np.int64)  # made here, not by numba's constructors (each costs a compile)
-    _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held, live)
+    _count_distinct(x, weights, k, first, table, table_counts, values, counts, held, live)
     # Sorted by NumPy, not in the compiled loop: numba's argsort took a second of the first call's compile.
     # The values are distinct, so any sort gives the one order.
     for j in np.flatnonzero(held <= k):
@@ -337,7 +337,7 @@ def _grid_slot(scaled, fin, first, start, width):  # noqa: ANN001, ANN202
 
 
 @_jit_nocheck
-def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
+def grid_counts(x, weights, step, first, counts):  # noqa: ANN001, ANN201
     """Add every finite value of the chunk ``x`` (R, D) into its feature's dyadic grid ``counts`` (D, K)."""
     # Bin ``floor(v / 2**step) - first``: ldexp is exact, so every chunk and merge bins a value alike.
     # Times a normal 2**-step it is one correctly rounded product, the same number 3x faster than
@@ -354,11 +354,11 @@ def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
         w = _weight(weights, i)
         if exact:
             for j in range(n_features):
-                v = _load(x[i, j], lut)
+                v = _load(x[i, j])
                 slot[j] = _grid_slot(v * scale[j], _finite(v), first[j], j * width, width)
         else:
             for j in range(n_features):
-                v = _load(x[i, j], lut)
+                v = _load(x[i, j])
                 scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
                 slot[j] = _grid_slot(scaled, _finite(v), first[j], j * width, width)
         for j in range(n_features):
@@ -367,7 +367,7 @@ def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
 
 
 @_jit_nocheck
-def grid_tail_blocks(x, lut, step, first, counts, b, g, fine, coarse):  # noqa: ANN001, ANN201
+def grid_tail_blocks(x, step, first, counts, b, g, fine, coarse):  # noqa: ANN001, ANN201
     """:func:`grid_counts` (unweighted, every ``2**-step`` normal) and :func:`~daskbatch.stats.kernels._numba_sketch.tail_blocks` in one read of ``x``."""
     # Each row is read once for both while it is in cache: the chunk (64 MB at 262,144 x 64 float32)
     # is not, and a second sweep of it cost the tails most of their time.
@@ -382,9 +382,9 @@ def grid_tail_blocks(x, lut, step, first, counts, b, g, fine, coarse):  # noqa: 
     for f in range(fine.shape[0]):
         for i in range(f * b, min(f * b + b, rows)):
             # Two branch-free loops over the row (in L1 after the first), each of which vectorises.
-            _tail_row(x, lut, i, low, high, low2, high2)
+            _tail_row(x, i, low, high, low2, high2)
             for j in range(d):
-                v = _load(x[i, j], lut)
+                v = _load(x[i, j])
                 slot[j] = _grid_slot(v * scale[j], _finite(v), first[j], j * width, width)
             for j in range(d):
                 if slot[j] >= 0:

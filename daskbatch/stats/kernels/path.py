@@ -141,13 +141,13 @@ def float32_block(x: Any) -> Any:
     return x
 
 
-def numba_view(x: Any) -> tuple[Any, Any]:
-    """``x`` as the numba kernels read it, and their decoding table (None: the values themselves).
+def numba_view(x: Any) -> Any:
+    """``x`` as the numba kernels read it: 1- and 2-byte values as a float32 copy (:func:`float32_block`).
 
-    1- and 2-byte values come as a float32 copy (:func:`float32_block`); a statistic that runs several kernels
-    on one block copies it once first, and :class:`~daskbatch.stats.Bundle` once for all of its statistics.
+    A statistic that runs several kernels on one block copies it once first, and :class:`~daskbatch.stats.Bundle`
+    once for all of its statistics.
     """
-    return float32_block(x), None
+    return float32_block(x)
 
 
 #: Bytes of the float64 centring buffer aimed at: with the float32 block it is read from,
