@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskbatch.stats import kernels
-from daskbatch.stats.kernels.path import numba_view
+from daskbatch.stats.kernels.path import float32_block
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
 
@@ -142,8 +142,8 @@ def _both(x, lut, lo, hi, step, scale, bins, labels, n_classes, weights, seed=0)
         start = rng.standard_normal(size) * 1e3
     want, got = start.copy(), start.copy()
     _reference_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, want, weights)
-    # The current loop reads the kernels' view: float16 as its float32 copy (path.numba_view), the reference its bits.
-    current = numba_view(x if lut is None else x.view(np.float16))
+    # The current loop reads the kernels' view: float16 as its float32 copy (path.float32_block), the reference its bits.
+    current = float32_block(x if lut is None else x.view(np.float16))
     histogram_counts(current, lo, hi, step, scale, bins, labels, n_classes, got, weights)
     return want, got
 

@@ -23,7 +23,7 @@ if kernels.available():
 
     from daskbatch.stats.kernels import _numba_moments as fast
     from daskbatch.stats.kernels._numba import BLOCK, _finite, _fourth_power, _load, _weight
-    from daskbatch.stats.kernels.path import numba_view
+    from daskbatch.stats.kernels.path import float32_block
 
     @numba.njit(cache=True)  # compiled once per dtype and layout, as the kernels are
     def frozen_moments(x, weights):  # noqa: ANN001, ANN201
@@ -186,7 +186,7 @@ def test_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: bool) 
     x0 = _chunk(case, dtype)
     w = np.random.default_rng(1).uniform(0.25, 4.0, x0.shape[0]) if weighted else None
     for x in _layouts(x0, weighted):
-        _equal(fast.moments_chunk(numba_view(x), w), frozen_moments(numba_view(x), w))
+        _equal(fast.moments_chunk(float32_block(x), w), frozen_moments(float32_block(x), w))
 
 
 @pytest.mark.parametrize(("case", "dtype", "weighted"), COMBOS)
@@ -201,7 +201,7 @@ def test_class_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: 
         for loop in (fast.class_moments_chunk, frozen_class_moments):
             fields = [np.zeros((k, d), dtype=np.float64 if weighted else np.int64)]
             fields += [np.zeros((k, d)) for _ in range(4)]
-            loop(numba_view(x), codes, *fields, w)
+            loop(float32_block(x), codes, *fields, w)
             states.append(tuple(fields))
         _equal(*states)
 

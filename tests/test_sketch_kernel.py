@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 
 from daskbatch.stats import Sketch
 from daskbatch.stats.kernels import _numba_sketch, _sketch_table
-from daskbatch.stats.kernels.path import numba_view
+from daskbatch.stats.kernels.path import float32_block
 from daskbatch.stats.sketch_tails import tails_chunk
 from daskbatch.testing import assert_states_equal
 
@@ -50,7 +50,7 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     counts = np.zeros_like(np.asarray(fast.counts))
     offset = np.empty_like(np.asarray(fast.offset))
     collapsed = np.empty(offset.shape, dtype=np.uint8)
-    data = numba_view(x)  # as the wrapper hands chunks to the kernels
+    data = float32_block(x)  # as the wrapper hands chunks to the kernels
     fmin, fmax = _numba_sketch.sketch_counts_log(
         data, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed,
         None,
@@ -334,7 +334,7 @@ def test_grid_counts_bin_as_ldexp_does_at_every_scale() -> None:
     step, first = _grid_steps(x.min(0), x.max(0), bins)
     assert (np.abs(step) > 1022).any() and (np.abs(step) < 1022).any()
     counts = np.zeros((x.shape[1], bins), dtype=np.int64)
-    data = numba_view(x)
+    data = float32_block(x)
     _sketch_table.grid_counts(data, None, step, first, counts)
     want = np.clip(np.floor(np.ldexp(x, -step[None, :])).astype(np.int64) - first[None, :], 0, bins - 1)
     for j in range(x.shape[1]):

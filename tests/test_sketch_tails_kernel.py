@@ -21,7 +21,7 @@ import pytest
 from daskbatch.stats import sketch_tails
 from daskbatch.stats.kernels import _numba_sketch, _sketch_table
 from daskbatch.stats.kernels._numba import _finite, _load, _weight
-from daskbatch.stats.kernels.path import numba_view
+from daskbatch.stats.kernels.path import float32_block
 from daskbatch.stats.sketch_tails import tails_chunk
 
 BLOCK = sketch_tails.TAIL_BLOCK_ROWS
@@ -75,7 +75,7 @@ def _frozen_tail_heaps(
 def _frozen_tails(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``tails_chunk`` of a NumPy block before the change."""
     low, neg_high = np.full((x.shape[1], k), np.inf), np.full((x.shape[1], k), np.inf)
-    _frozen_tail_heaps(numba_view(x), low, neg_high)
+    _frozen_tail_heaps(float32_block(x), low, neg_high)
     low.sort(axis=1)
     neg_high.sort(axis=1)
     return low, -neg_high
@@ -201,7 +201,7 @@ def test_a_sorted_chunk_reads_k_blocks_of_values_not_every_row(descending: bool)
     if descending:
         ordered = np.ascontiguousarray(ordered[::-1])
     k = 128
-    data = numba_view(ordered)
+    data = float32_block(ordered)
     block, _, bound, n_cand, _ = sketch_tails.tail_bounds(data, k)
     assert bound is not None
     # The heaps read all 65,536 rows of each column; the bounds leave at most k blocks' values (1/16 here).
@@ -218,7 +218,7 @@ def test_the_count_stores_the_candidates_a_second_read_would() -> None:
     rng = np.random.default_rng(11)
     x = (rng.normal(1000.0, 3.0, (65_536, 16)) * rng.uniform(0.01, 100.0, 16)).astype(np.float32)
     k = 128
-    data = numba_view(x)
+    data = float32_block(x)
     block, fine, bound, n_cand, stored = sketch_tails.tail_bounds(data, k)
     assert bound is not None and k <= n_cand.max() <= stored.shape[1]  # fits: no second read
     again, counts = np.empty((n_cand.size, int(n_cand.max()))), np.zeros_like(n_cand)
@@ -266,7 +266,7 @@ def test_grid_counts_are_the_frozen_loops(scales: str, weighted: bool, dtype: st
     for count_dtype in (np.int32, np.int64, np.float64):
         got = np.zeros((n_features, 300), dtype=count_dtype)
         want = np.zeros_like(got)
-        data = numba_view(x)
+        data = float32_block(x)
         _sketch_table.grid_counts(data, w, step, first, got)
         _frozen_grid_counts(data, w, step, first, want)
         np.testing.assert_array_equal(got, want, strict=True)
@@ -275,7 +275,7 @@ def test_grid_counts_are_the_frozen_loops(scales: str, weighted: bool, dtype: st
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_grid_tail_blocks_are_grid_counts_and_tail_blocks(dtype: str) -> None:
     """The fused sweep gives the grid and the tails' block minima of the two loops, bit for bit (NaN, ±inf, ±0 too)."""
-    from daskbatch.stats.kernels.path import numba_view
+    from daskbatch.stats.kernels.path import float32_block
     from daskbatch.stats.sketch_distinct import _grid_steps
     from daskbatch.stats.sketch_tails import tail_layout
 
@@ -287,7 +287,7 @@ def test_grid_tail_blocks_are_grid_counts_and_tail_blocks(dtype: str) -> None:
     x[rng.random(x.shape) < 0.02] = -0.0
     finite = np.where(np.isfinite(x), x, np.nan).astype(np.float64)
     step, first = _grid_steps(np.nanmin(finite, 0), np.nanmax(finite, 0), 64)
-    data = numba_view(x)
+    data = float32_block(x)
     want, got = np.zeros((6, 64), np.int32), np.zeros((6, 64), np.int32)
     blocks_want, blocks_got = tail_layout(5_000, 6, 8), tail_layout(5_000, 6, 8)
     _sketch_table.grid_counts(data, None, step, first, want)

@@ -54,12 +54,12 @@ def compiled_distinct(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count a host chunk's distinct values per feature with the compiled loop."""
     from daskbatch.stats.kernels._sketch_table import distinct_counts  # lazy: numba
-    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
+    from daskbatch.stats.kernels.path import float32_block  # lazy: the kernels' package
 
     n_features = x.shape[1]
     size = _table_size(k)
     values, counts, held = empty_distinct(np, n_features, k)
-    data = numba_view(x)
+    data = float32_block(x)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     # The hash tables of a block of features at a time: their scratch stays 16 x 2 k float64 pairs
     # (512 kB at k = 1024) however wide the chunk.
@@ -281,10 +281,10 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
     n_features = x.shape[1]
     if isinstance(x, np.ndarray):  # the compiled loop: no temporaries the size of the chunk
         from daskbatch.stats.kernels import _numba_sketch, _sketch_table  # lazy: numba
-        from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
+        from daskbatch.stats.kernels.path import float32_block  # lazy: the kernels' package
 
         counts = np.zeros((n_features, bins), dtype=dtype)
-        data = numba_view(x)
+        data = float32_block(x)
         w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
         # Every 2**-step a normal float (finite data's): the grid and the tails' block minima in one sweep.
         if tail_blocks is not None and w is None and bool(np.all((-1022 <= -step) & (-step <= 1023))):

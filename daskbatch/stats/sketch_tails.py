@@ -74,10 +74,10 @@ def tails_chunk(x: Array, k: int, blocks: TailBlocks | None = None) -> tuple[Arr
 def _tails_compiled(x: np.ndarray, k: int, blocks: TailBlocks | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`tails_chunk` of a NumPy block: the k least of its columns ``x`` and ``-x``, read where they can lie."""
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
-    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
+    from daskbatch.stats.kernels.path import float32_block  # lazy: the kernels' package
 
     n_features = x.shape[1]
-    data = numba_view(x)
+    data = float32_block(x)
     block, fine, bound, n_cand, cand = tail_bounds(data, k, blocks)
     columns = fine.shape[1] // 2
     if bound is None:  # fewer blocks than k bound nothing: each column's heap, in row order

@@ -15,9 +15,9 @@ from daskbatch.stats.kernels.path import (
     available,
     centring_rows,
     enabled,
+    float32_block,
     gpu_available,
     kernel_path,
-    numba_view,
 )
 from daskbatch.stats.numerics import central_moment
 
@@ -67,7 +67,7 @@ def _host_moments(x: np.ndarray, w: np.ndarray | None) -> tuple[np.ndarray, ...]
     """The numba moments of a host chunk: the rows counted, then the fields of ``WeightedMomentsState``."""
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
-    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(numba_view(x), w)
+    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(float32_block(x), w)
     # The corrected two-pass formulas of Moments.chunk (Chan, Golub & LeVeque 1983), weight sums for counts.
     e = s1 / np.where(wsum > 0, wsum, 1.0)
     m2 = s2 - wsum * e * e
@@ -87,7 +87,7 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
         return _gpu.comoments(x)
     from daskbatch.stats.kernels._numba_comoments import chunk_comoments  # lazy: numba
 
-    n, _, shift, mean, c = chunk_comoments(numba_view(x), None, centring_rows(x.shape[1]))
+    n, _, shift, mean, c = chunk_comoments(float32_block(x), None, centring_rows(x.shape[1]))
     return np.asarray(float(n)), shift, mean, c
 
 
@@ -104,7 +104,7 @@ def class_moments(
     count = np.zeros((n_classes, d), dtype=np.int64 if weights is None else np.float64)
     shift, total, s1, s2 = (np.zeros((n_classes, d)) for _ in range(4))
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-    class_moments_chunk(numba_view(x), np.asarray(codes, dtype=np.int64), count, shift, total, s1, s2, w)
+    class_moments_chunk(float32_block(x), np.asarray(codes, dtype=np.int64), count, shift, total, s1, s2, w)
     n = count.astype(np.float64)
     n_safe = np.where(n > 0, n, 1.0)
     # The closing expressions of class_moments._one_class, on (K, D) at once.
@@ -122,7 +122,7 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = N
 
     # The unweighted chunks' blocked centring, with weight sums.
     w = np.ascontiguousarray(w, dtype=np.float64)
-    rows, wsum, shift, mean, c = chunk_comoments(numba_view(x), w, centring_rows(x.shape[1]))
+    rows, wsum, shift, mean, c = chunk_comoments(float32_block(x), w, centring_rows(x.shape[1]))
     return np.asarray(wsum), shift, mean, c, np.asarray(float(rows))
 
 
@@ -172,7 +172,7 @@ def histograms(
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
     shapes = [(x.shape[1], b + 3, k) for b, k in zip(bins, n_classes, strict=True)]
     counts = np.zeros(sum(math.prod(shape) for shape in shapes), dtype=dtype)
-    count_grids(numba_view(x), lo, hi, step, scale, bins, n_classes, [bool(g[4]) for g in grids], lab, counts, w)
+    count_grids(float32_block(x), lo, hi, step, scale, bins, n_classes, [bool(g[4]) for g in grids], lab, counts, w)
     tables, start = [], 0
     for shape in shapes:
         table = counts[start:start + math.prod(shape)].reshape(shape)
@@ -189,7 +189,7 @@ def sketch(
     from daskbatch.stats.kernels import _numba_sketch, _sketch_table  # lazy: numba
 
     d = x.shape[1]
-    data = numba_view(x)
+    data = float32_block(x)
     counts = np.zeros((d, 2 * window + 4), dtype=count_dtype if weights is None else np.float64)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     offset, collapsed = np.empty((d, 2), dtype=np.int64), np.empty((d, 2), dtype=np.uint8)

@@ -120,7 +120,7 @@ _jit_nocheck_inline = _compiler(error_model="numpy", inline="always")
 
 @intrinsic
 def _load(typingctx, v):  # noqa: ANN001, ANN202
-    """``np.float64(v)``: a value as the kernels accumulate it (1- and 2-byte values come as float32, path.numba_view)."""
+    """``np.float64(v)``: a value as the kernels accumulate it (1- and 2-byte values come as float32, path.float32_block)."""
     def cast(context, builder, sig, args):  # noqa: ANN001, ANN202
         return context.cast(builder, args[0], sig.args[0], types.float64)
 
@@ -136,16 +136,15 @@ def _weight(typingctx, w, i):  # noqa: ANN001, ANN202
             return context.get_constant(types.int64, 1)
 
         return types.int64(w, i), one
-    return w.dtype(w, i), _element(w, i, array_arg=0)
+    return w.dtype(w, i), _element(w, i)
 
 
-def _element(array: Any, index: Any, *, array_arg: int) -> Callable[..., Any]:
-    """The codegen of ``array[index]`` (numba's own indexing) for an intrinsic of two arguments, ``array_arg`` the array's."""
+def _element(array: Any, index: Any) -> Callable[..., Any]:
+    """The codegen of ``array[index]`` (numba's own indexing) for an intrinsic of the arguments ``(array, index)``."""
     getitem = signature(array.dtype, array, index)
 
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        arr, at = args[array_arg], args[1 - array_arg]
-        return context.get_function(operator.getitem, getitem)(builder, (arr, at))
+        return context.get_function(operator.getitem, getitem)(builder, tuple(args))
 
     return codegen
 

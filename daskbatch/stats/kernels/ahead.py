@@ -259,7 +259,7 @@ def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
     where the helper reached the sketch's last loops as the parent began its first, the parent waited on both.
     """
     from daskbatch.stats.kernels._numba_sketch import tail_replay  # lazy: numba
-    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
+    from daskbatch.stats.kernels.path import float32_block  # lazy: the kernels' package
     from daskbatch.stats.sketch_distinct import (  # lazy: they import the kernels
         compiled_distinct,
         grid_chunk,
@@ -269,7 +269,7 @@ def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
     k = sketch.tail_values
     blocks = tail_layout(x.shape[0], x.shape[1], k) if k else None
     if blocks is not None:
-        data = numba_view(x)
+        data = float32_block(x)
         blocks[2][:] = np.inf  # compiled against, not read: no block holds a value (the grid's sweep fills them)
         block, fine, *_ = tail_bounds(data, k, blocks)
         # The row-order heap that a column whose kept values hold a zero replays (data with zeros: most tables).

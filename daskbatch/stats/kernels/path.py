@@ -1,4 +1,4 @@
-"""How a block reaches the kernels: the one choice of the code that reads it (compiled numba, CPU or CUDA, or the array-API reference code), its numba view, the CPU co-moments' centring block, and the overlapped host-to-GPU copies."""
+"""How a block reaches the kernels: the one choice of the code that reads it (compiled numba, CPU or CUDA, or the array-API reference code), the float32 copy of narrow values, the CPU co-moments' centring block, and the overlapped host-to-GPU copies."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 
 __all__ = [
     "COMPILED", "FLOAT32_COPY_ITEMSIZE", "KERNEL_PATHS", "KernelPath", "Kind", "Stager", "available",
-    "centring_rows", "enabled", "float32_block", "gpu_available", "kernel_path", "numba_view", "split_rows", "stager",
+    "centring_rows", "enabled", "float32_block", "gpu_available", "kernel_path", "split_rows", "stager",
 ]
 
 #: The code that reads a block: the numba loops on a NumPy block, the numba-cuda
@@ -130,24 +130,17 @@ FLOAT32_COPY_ITEMSIZE = 2
 
 
 def float32_block(x: Any) -> Any:
-    """A NumPy block of 1- or 2-byte values (bool, 8- and 16-bit integers, float16) as its float32 copy; any other as it is.
+    """A NumPy block as the numba kernels read it: 1- and 2-byte values as their float32 copy, others as they are.
 
-    Every such value is exact in float32, and the kernels read each value as a float64, so their states are the
+    bool, 8- and 16-bit integers and float16 are the 1- and 2-byte values. Every such value is exact in float32, and the kernels read each value as a float64, so their states are the
     same bit for bit. One copy a block spares each kernel a compiled specialisation of its own per dtype (a first
-    call's compile each) and reads faster than the narrow loops (the sketch keys float32 values by their bits).
+    call's compile each) and reads faster than the narrow loops (the sketch keys float32 values by their bits). A
+    statistic that runs several kernels on one block copies it once first, and :class:`~daskbatch.stats.Bundle`
+    once for all of its statistics.
     """
     if isinstance(x, np.ndarray) and x.dtype.itemsize <= FLOAT32_COPY_ITEMSIZE and x.dtype.kind in "biuf":
         return x.astype(np.float32)
     return x
-
-
-def numba_view(x: Any) -> Any:
-    """``x`` as the numba kernels read it: 1- and 2-byte values as a float32 copy (:func:`float32_block`).
-
-    A statistic that runs several kernels on one block copies it once first, and :class:`~daskbatch.stats.Bundle`
-    once for all of its statistics.
-    """
-    return float32_block(x)
 
 
 #: Bytes of the float64 centring buffer aimed at: with the float32 block it is read from,
