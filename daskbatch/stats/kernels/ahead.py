@@ -266,14 +266,14 @@ def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
     )
     from daskbatch.stats.sketch_tails import tail_bounds, tail_layout  # lazy: the kernels
 
+    x = float32_block(x)  # once, as Sketch.chunk does, for the loops below
     k = sketch.tail_values
     blocks = tail_layout(x.shape[0], x.shape[1], k) if k else None
     if blocks is not None:
-        data = float32_block(x)
         blocks[2][:] = np.inf  # compiled against, not read: no block holds a value (the grid's sweep fills them)
-        block, fine, *_ = tail_bounds(data, k, blocks)
+        block, fine, *_ = tail_bounds(x, k, blocks)
         # The row-order heap that a column whose kept values hold a zero replays (data with zeros: most tables).
-        tail_replay(data, block, np.empty((fine.shape[1] // 2, k)), 0, fine)
+        tail_replay(x, block, np.empty((fine.shape[1] // 2, k)), 0, fine)
     features = x.shape[1]  # extrema of [0, 1]: any finite ones take the same loop (with the tails' block minima)
     grid_chunk(x, np.zeros(features), np.ones(features), sketch.grid_bins, None, np.dtype(sketch.count_dtype), blocks)
     compiled_distinct(x, sketch.values_kept, None)
