@@ -222,11 +222,7 @@ def kernel_cache_dir() -> str:  # numpydoc ignore=RT01
     """The directory where numba caches daskbatch's CPU kernels (``NUMBA_CACHE_DIR``, else ``__pycache__``)."""
     from daskbatch.stats.kernels import _numba  # lazy: numba
 
-    for value in vars(_numba).values():  # numba's own answer: a cached dispatcher's cache path
-        where = getattr(getattr(value, "_cache", None), "_cache_path", None)
-        if where:
-            return str(where)
-    return os.environ.get("NUMBA_CACHE_DIR") or tempfile.gettempdir()
+    return _numba.cache_directory()
 
 
 @contextlib.contextmanager

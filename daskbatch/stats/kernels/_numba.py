@@ -14,8 +14,12 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types
+from numba.core.caching import FunctionCache
+from numba.core.imputils import impl_ret_borrowed
 from numba.core.typing import signature
+from numba.cpython.builtins import do_minmax
 from numba.extending import intrinsic
+from numba.np.arrayobj import _empty_nd_impl, make_array, populate_array
 
 #: Rows per block of partial sums.
 BLOCK = 128
@@ -51,6 +55,12 @@ def shared(dispatcher: Any) -> Any:
     # The instance's attribute: numba calls self.compile for each signature not yet in this process.
     dispatcher.compile = compile_shared
     return dispatcher
+
+
+def cache_directory() -> str:
+    """numba's cache directory of the CPU kernels (``NUMBA_CACHE_DIR``'s, else ``__pycache__`` beside them)."""
+    # numba's own answer, for a function of this folder: every kernel module is here, so they share it.
+    return str(FunctionCache(finite_first_row)._cache_path)
 
 
 @contextlib.contextmanager
@@ -113,9 +123,10 @@ _jit_nocheck = _compiler(error_model="numpy")
 _jit_nocheck_inline = _compiler(error_model="numpy", inline="always")
 
 
-# The three below are intrinsics: numba emits their few instructions into each caller as it lowers it. As
-# overloads, each signature of each was a compile of its own on a cold cache (~4 % of the first call's compile).
-# Their instructions are those numba emits for the Python expressions in their docstrings: the same bits.
+# The intrinsics below: numba emits their few instructions into each caller as it lowers it. As overloads
+# (numba's own ``min``, ``max`` and ``np.empty`` among them), each signature of each was a compile of its own in
+# every process on a cold cache. Their instructions are those numba emits for the Python expressions in their
+# docstrings: the same bits.
 
 
 @intrinsic
@@ -170,10 +181,76 @@ def _fourth_power(typingctx, w, wdev, dev):  # noqa: ANN001, ANN202
     return types.float64(w, wdev, dev), codegen
 
 
-@_jit_inline
-def _finite(v: float) -> bool:
-    # One compare that is False for NaN and ±inf, and vectorises.
-    return abs(v) < np.inf
+def _select(typingctx: Any, a: Any, b: Any, compare: Callable[[Any, Any], bool]) -> Any:
+    """The typing and codegen of ``min`` (``compare``: <) or ``max`` (>) of the numbers ``a`` and ``b``, as numba's."""
+    if not (isinstance(a, types.Number) and isinstance(b, types.Number)):
+        return None
+    common = typingctx.unify_types(a, b)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        return do_minmax(context, builder, list(sig.args), list(args), compare)
+
+    return common(a, b), codegen
+
+
+@intrinsic
+def _least(typingctx, a, b):  # noqa: ANN001, ANN202
+    """``min(a, b)`` of two numbers: ``b if b < a else a`` (``a`` when either is NaN)."""
+    return _select(typingctx, a, b, operator.lt)
+
+
+@intrinsic
+def _greatest(typingctx, a, b):  # noqa: ANN001, ANN202
+    """``max(a, b)`` of two numbers: ``b if b > a else a`` (``a`` when either is NaN)."""
+    return _select(typingctx, a, b, operator.gt)
+
+
+@intrinsic
+def _empty(typingctx, n, dtype):  # noqa: ANN001, ANN202
+    """``np.empty(n, dtype)``: a new C-contiguous 1-D array of ``n`` values of the NumPy scalar type ``dtype``."""
+    if not (isinstance(n, types.Integer) and isinstance(dtype, types.NumberClass)):
+        return None
+    array = types.Array(dtype.instance_type, 1, "C")
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        size = context.cast(builder, args[0], sig.args[0], types.intp)
+        return _empty_nd_impl(context, builder, array, [size])._getvalue()
+
+    return array(n, dtype), codegen
+
+
+
+@intrinsic
+def _flat(typingctx, a):  # noqa: ANN001, ANN202
+    """``a.reshape(-1)`` of a C-contiguous array: a 1-D view of its values in order."""
+    if not (isinstance(a, types.Array) and a.layout == "C"):
+        return None
+    flat = a.copy(ndim=1)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        array = make_array(sig.args[0])(context, builder, args[0])
+        view = make_array(sig.return_type)(context, builder)
+        populate_array(view, data=array.data, shape=[array.nitems], strides=[array.itemsize],
+                       itemsize=array.itemsize, meminfo=array.meminfo, parent=array.parent)
+        return impl_ret_borrowed(context, builder, sig.return_type, view._getvalue())
+
+    return flat(a), codegen
+
+
+@intrinsic
+def _finite(typingctx, v):  # noqa: ANN001, ANN202
+    """``abs(v) < np.inf``: one compare that is False for NaN and ±inf, and vectorises."""
+    if not isinstance(v, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        (kind,), (value,) = sig.args, args
+        magnitude = context.get_function(abs, signature(kind, kind))(builder, (value,))
+        magnitude = context.cast(builder, magnitude, kind, types.float64)  # compared as a float64, as np.inf is
+        below = context.get_function(operator.lt, signature(types.boolean, types.float64, types.float64))
+        return below(builder, (magnitude, context.get_constant(types.float64, np.inf)))
+
+    return types.boolean(v), codegen
 
 
 def finite_first_row(x: np.ndarray) -> np.ndarray | None:

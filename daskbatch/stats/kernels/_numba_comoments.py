@@ -6,7 +6,15 @@ import math
 
 import numpy as np
 
-from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight, finite_first_row
+from daskbatch.stats.kernels._numba import (
+    BLOCK,
+    _finite,
+    _jit,
+    _least,
+    _load,
+    _weight,
+    finite_first_row,
+)
 
 
 @_jit
@@ -43,7 +51,7 @@ def centre_block(x, shift, complete, dev, weights, total, part, approx_mean, s1)
     for i0 in range(0, rows, BLOCK):
         part[:] = 0.0
         wpart = 0.0
-        for i in range(i0, min(i0 + BLOCK, rows)):
+        for i in range(i0, _least(i0 + BLOCK, rows)):
             ok = True
             for j in range(d):
                 ok &= _finite(_load(x[i, j]))
@@ -64,7 +72,7 @@ def centre_block(x, shift, complete, dev, weights, total, part, approx_mean, s1)
     k = 0
     for i0 in range(0, rows, BLOCK):
         part[:] = 0.0
-        for i in range(i0, min(i0 + BLOCK, rows)):
+        for i in range(i0, _least(i0 + BLOCK, rows)):
             if complete[i]:
                 xi = x[i]
                 di = dev[k]

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from daskbatch.stats.kernels._numba import _jit, _jit_inline, _load, _weight
+from daskbatch.stats.kernels._numba import (
+    _empty,
+    _greatest,
+    _jit,
+    _jit_inline,
+    _least,
+    _load,
+    _weight,
+)
 
 #: 2**63: a float floor at or beyond it (or NaN) became int64's INT_MIN in the former ``math.floor`` slot.
 _INT_LIMIT = 2.0**63
@@ -68,7 +76,7 @@ def _count_rows(x, lo, hi, step, scale, bins, classes, labelled, labels, counts,
     rows, d = x.shape
     grids = lo.shape[0]
     by_label = labels.shape[0] > 0
-    row = np.empty(d)
+    row = _empty(d, np.float64)
     for i in range(rows):
         # The row read and converted once (a second grid's loop read it again: 15 % more time for two) ...
         for j in range(d):
@@ -145,24 +153,24 @@ def two_cdf_sweep(points, weights, order, kinds, totals, out):  # noqa: ANN001, 
             above[0, p], above[1, p] = high_a, high_b
             c = order[r, p]
             if kinds[c] == 2:
-                high_a = min(high_a, weights[r, c])
+                high_a = _least(high_a, weights[r, c])
             elif kinds[c] == 4:
-                high_b = min(high_b, weights[r, c])
+                high_b = _least(high_b, weights[r, c])
         n_a, n_b = totals[0, r], totals[1, r]
         low_a, low_b, lower, upper, area = 0.0, 0.0, 0.0, -np.inf, 0.0
         for p in range(width):
             c = order[r, p]
             x = points[r, c]
             if kinds[c] == 1:
-                low_a = max(low_a, weights[r, c])
+                low_a = _greatest(low_a, weights[r, c])
             elif kinds[c] == 3:
-                low_b = max(low_b, weights[r, c])
+                low_b = _greatest(low_b, weights[r, c])
             x_next = points[r, order[r, p + 1]] if p + 1 < width else np.nan
             if x_next == x:  # not the end of its run (a NaN ends its own)
                 continue
             la, lb = low_a / n_a, low_b / n_b
-            ha = max(min(above[0, p], n_a), low_a) / n_a
-            hb = max(min(above[1, p], n_b), low_b) / n_b
+            ha = _greatest(_least(above[0, p], n_a), low_a) / n_a
+            hb = _greatest(_least(above[1, p], n_b), low_b) / n_b
             lower = max(lower, la - hb, lb - ha)
             upper = max(upper, ha - lb, hb - la)
             if np.isfinite(x) and np.isfinite(x_next):

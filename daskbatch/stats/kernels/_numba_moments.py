@@ -10,6 +10,7 @@ from daskbatch.stats.kernels._numba import (
     _fourth_power,
     _jit,
     _jit_inline,
+    _least,
     _load,
     _weight,
     finite_first_row,
@@ -133,7 +134,7 @@ def _moments_pass1_clean(x, weights, shift, count, wsum, total, fmin, fmax, part
     n_blocks = (rows + BLOCK - 1) // BLOCK
     for b in range(n_blocks):
         i0 = b * BLOCK
-        i1 = min(i0 + BLOCK, rows)
+        i1 = _least(i0 + BLOCK, rows)
         _moments_block_fast(x, weights, shift, i0, i1, part, bmin, bmax)
         for j in range(d):
             if not _finite(part[j]):
@@ -159,7 +160,7 @@ def _moments_pass1(x, weights, shift, first, count, wsum, total, nan, posinf, fm
     wait = 0
     for b in range(first, n_blocks):
         i0 = b * BLOCK
-        i1 = min(i0 + BLOCK, rows)
+        i1 = _least(i0 + BLOCK, rows)
         bad = d
         if wait == 0:
             _moments_block_fast(x, weights, shift, i0, i1, part, bmin, bmax)
@@ -201,7 +202,7 @@ def _moments_pass2_clean(x, weights, shift, approx_mean, s1, s2, s3, s4, p1, p2,
         p2[:] = 0.0
         p3[:] = 0.0
         p4[:] = 0.0
-        _moments_block_clean(x, weights, shift, approx_mean, i0, min(i0 + BLOCK, rows), p1, p2, p3, p4)
+        _moments_block_clean(x, weights, shift, approx_mean, i0, _least(i0 + BLOCK, rows), p1, p2, p3, p4)
         for j in range(d):
             s1[j] += p1[j]
             s2[j] += p2[j]
@@ -226,9 +227,9 @@ def _moments_pass2(x, weights, shift, approx_mean, clean, s1, s2, s3, s4):  # no
         p3[:] = 0.0
         p4[:] = 0.0
         if clean[b]:  # every value finite: the same deviations without the test
-            _moments_block_clean(x, weights, shift, approx_mean, i0, min(i0 + BLOCK, rows), p1, p2, p3, p4)
+            _moments_block_clean(x, weights, shift, approx_mean, i0, _least(i0 + BLOCK, rows), p1, p2, p3, p4)
         else:
-            for i in range(i0, min(i0 + BLOCK, rows)):
+            for i in range(i0, _least(i0 + BLOCK, rows)):
                 wi = _weight(weights, i)
                 for j in range(d):
                     v = _load(x[i, j])
@@ -357,7 +358,7 @@ def _class_pass1_clean(x, weights, codes, count, shift, total, saved_total, save
     for b in range(n_blocks):
         i0 = b * BLOCK
         _copy_sums(total, count, saved_total, saved_count, weights is not None)
-        _class_block_fast(x, weights, codes, i0, min(i0 + BLOCK, rows), count, shift, total, rows_of)
+        _class_block_fast(x, weights, codes, i0, _least(i0 + BLOCK, rows), count, shift, total, rows_of)
         for j in range(d):
             for k in range(n_classes):
                 if not _finite(total[k, j]):
@@ -380,7 +381,7 @@ def _class_pass1(x, weights, codes, first, count, shift, total, saved_total, sav
     wait = 0
     for b in range(first, clean.shape[0]):
         i0 = b * BLOCK
-        i1 = min(i0 + BLOCK, rows)
+        i1 = _least(i0 + BLOCK, rows)
         bad = d
         if wait == 0:
             _copy_sums(total, count, saved_total, saved_count, weights is not None)
@@ -443,9 +444,9 @@ def _class_pass2(x, weights, codes, shift, count, total, clean, s1, s2):  # noqa
     for b in range(clean.shape[0]):
         i0 = b * BLOCK
         if clean[b]:  # every value finite: the same deviations without the test
-            _class_block_clean(x, weights, codes, shift, mean, i0, min(i0 + BLOCK, rows), s1, s2)
+            _class_block_clean(x, weights, codes, shift, mean, i0, _least(i0 + BLOCK, rows), s1, s2)
         else:
-            for i in range(i0, min(i0 + BLOCK, rows)):
+            for i in range(i0, _least(i0 + BLOCK, rows)):
                 k = codes[i]
                 wi = _weight(weights, i)
                 for j in range(d):

@@ -10,11 +10,15 @@ from numba import types
 from numba.extending import intrinsic
 
 from daskbatch.stats.kernels._numba import (
+    _empty,
     _finite,
+    _flat,
+    _greatest,
     _jit,
     _jit_inline,
     _jit_nocheck,
     _jit_nocheck_inline,
+    _least,
     _load,
     _weight,
 )
@@ -102,18 +106,18 @@ def _sketch_shift(buf, by, w):  # noqa: ANN001, ANN202
     """Move the window's first key up by ``by``: counts move down ``by`` columns, those below column 0 add into it."""
     if by > 0:
         total = 0
-        for i in range(min(by + 1, w)):
+        for i in range(_least(by + 1, w)):
             total += buf[i]
         for i in range(1, w - by):
             buf[i] = buf[i + by]
         buf[0] = total
-        for i in range(max(w - by, 1), w):
+        for i in range(_greatest(w - by, 1), w):
             buf[i] = 0
     elif by < 0:
         up = -by
         for i in range(w - 1, up - 1, -1):
             buf[i] = buf[i - up]
-        for i in range(min(up, w)):
+        for i in range(_least(up, w)):
             buf[i] = 0
 
 
@@ -134,8 +138,8 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001
     last = w - 1
     while buf[last] == 0:
         last -= 1
-    lo = min(offset[side] + first, key)
-    hi = max(offset[side] + last, key)
+    lo = _least(offset[side] + first, key)
+    hi = _greatest(offset[side] + last, key)
     if hi - lo < w:
         new = lo - (w - (hi - lo + 1)) // 2
     else:
@@ -143,7 +147,7 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001
         collapsed[side] = 1
     _sketch_shift(buf, new - offset[side], w)
     offset[side] = new
-    buf[max(key - new, 0)] += wi
+    buf[_greatest(key - new, 0)] += wi
 
 
 # The windows' steps below are functions of their own, not copied into their callers: their
@@ -189,7 +193,7 @@ def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
             while buf[first] == 0:
                 first += 1
             # The lowest key, but no window reaches past the overflow key (n - 1).
-            by = min(offset[j, side] + first, n - w) - offset[j, side]
+            by = _least(offset[j, side] + first, n - w) - offset[j, side]
             _sketch_shift(buf, by, w)
             offset[j, side] += by
 
@@ -200,7 +204,7 @@ def sketch_counts_log(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, of
     rows, d = x.shape
     lo_key = float(k_min)
     hi_key = float(k_max)
-    code = np.empty(d, dtype=np.int64)
+    code = _empty(d, np.int64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
     _sketch_start(offset, collapsed, n)
@@ -239,7 +243,7 @@ def _sketch_merge_into(c, o, j, side, new, w, out):  # noqa: ANN001, ANN202
         return
     for i in range(w):
         if c[j, base + i]:
-            out[j, base + max(i + by, 0)] += c[j, base + i]
+            out[j, base + _greatest(i + by, 0)] += c[j, base + i]
 
 
 @_jit
@@ -247,11 +251,11 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
     """Merge two sketch states' counts ``ca``, ``cb`` (D, 2w + 4) and offsets ``oa``, ``ob`` (D, 2) into ``out``, ``offset``."""
     for j in range(ca.shape[0]):
         for side in range(2):
-            hi = max(_sketch_top(ca, oa, j, side, w), _sketch_top(cb, ob, j, side, w))
+            hi = _greatest(_sketch_top(ca, oa, j, side, w), _sketch_top(cb, ob, j, side, w))
             if hi < 0:
                 offset[j, side] = n
                 continue
-            new = min(max(min(oa[j, side], ob[j, side]), hi - w + 1), n - w)
+            new = _least(_greatest(_least(oa[j, side], ob[j, side]), hi - w + 1), n - w)
             offset[j, side] = new
             _sketch_merge_into(ca, oa, j, side, new, w, out)
             _sketch_merge_into(cb, ob, j, side, new, w, out)
@@ -281,7 +285,7 @@ def sketch_counts(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset
     hi_key = float(k_max)
     inv_ln_gamma = 1.0 / ln_gamma
     near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
-    code = np.empty(d, dtype=np.int64)
+    code = _empty(d, np.int64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
     _sketch_start(offset, collapsed, n)
@@ -316,8 +320,8 @@ def sketch_counts_all(x, ln_gamma, min_magnitude, k_min, k_max, n, counts, offse
     inv_ln_gamma = 1.0 / ln_gamma
     near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
     first = np.arange(d) * (2 * n + 4)  # first slot of every feature
-    flat = counts.reshape(-1)
-    code = np.empty(d, dtype=np.int64)
+    flat = _flat(counts)
+    code = _empty(d, np.int64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
     # Bucketed values of each sign, counted in the vectorised loop: which windows hold any
@@ -383,11 +387,11 @@ def _tail_row(x, i, low, high, low2, high2):  # noqa: ANN001, ANN202
         v = _load(x[i, j])
         fin = _finite(v)
         u = v if fin else np.inf
-        low2[j] = min(low2[j], max(low[j], u))
-        low[j] = min(low[j], u)
+        low2[j] = _least(low2[j], _greatest(low[j], u))
+        low[j] = _least(low[j], u)
         u = v if fin else -np.inf
-        high2[j] = max(high2[j], min(high[j], u))
-        high[j] = max(high[j], u)
+        high2[j] = _greatest(high2[j], _least(high[j], u))
+        high[j] = _greatest(high[j], u)
 
 
 @_jit_inline
@@ -397,8 +401,8 @@ def _tail_block_end(f, g, low, high, low2, high2, fine, coarse):  # noqa: ANN001
     for j in range(d):
         fine[f, j], fine[f, d + j] = low[j], -high[j]
         fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], -high2[j]
-        coarse[f // g, j] = min(coarse[f // g, j], low[j])
-        coarse[f // g, d + j] = min(coarse[f // g, d + j], -high[j])
+        coarse[f // g, j] = _least(coarse[f // g, j], low[j])
+        coarse[f // g, d + j] = _least(coarse[f // g, d + j], -high[j])
     _tail_start(low, high, low2, high2)
 
 
@@ -415,10 +419,10 @@ def tail_blocks(x, b, g, fine, coarse):  # noqa: ANN001, ANN201
     # fine (blocks, 4D): each block's least of every column, then its second least; coarse
     # (blocks / g, 2D), filled with +inf, the least over each g blocks. +inf where there are none.
     rows, d = x.shape
-    low, high, low2, high2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    low, high, low2, high2 = _empty(d, np.float64), _empty(d, np.float64), _empty(d, np.float64), _empty(d, np.float64)
     _tail_start(low, high, low2, high2)
     for f in range(fine.shape[0]):
-        for i in range(f * b, min(f * b + b, rows)):
+        for i in range(f * b, _least(f * b + b, rows)):
             _tail_row(x, i, low, high, low2, high2)
         _tail_block_end(f, g, low, high, low2, high2, fine, coarse)
 
@@ -437,7 +441,7 @@ def tail_candidates(x, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
                 n = n_cand[c]
                 if fine[f, w + c] < t:
                     sign = 1.0 if c < d else -1.0
-                    for i in range(f * b, min(f * b + b, rows)):
+                    for i in range(f * b, _least(f * b + b, rows)):
                         u = sign * _load(x[i, c % d])
                         if _finite(u) & (u < t):
                             if n < room:
@@ -461,7 +465,7 @@ def tail_replay(x, b, h, c, fine):  # noqa: ANN001, ANN201
         h[c, q] = np.inf
     for f in range(fine.shape[0]):
         if fine[f, c] < h[c, 0]:
-            for i in range(f * b, min(f * b + b, x.shape[0])):
+            for i in range(f * b, _least(f * b + b, x.shape[0])):
                 u = sign * _load(x[i, c % d])
                 if _finite(u) & (u < h[c, 0]):
                     _heap_replace(h, c, u)

@@ -8,10 +8,14 @@ import math
 import numpy as np
 
 from daskbatch.stats.kernels._numba import (
+    _empty,
     _finite,
+    _flat,
+    _greatest,
     _jit,
     _jit_nocheck,
     _jit_nocheck_inline,
+    _least,
     _load,
     _weight,
 )
@@ -211,7 +215,7 @@ def _code_folded(b, table, shift):  # noqa: ANN001, ANN202
 def sketch_counts_f32(x, u, table, shift, min_bits, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
     """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts` (windowed) for a float32 chunk, keyed from its bits."""
     rows, d = x.shape
-    code = np.empty(d, dtype=np.int64)
+    code = _empty(d, np.int64)
     fmin, fmax = np.full(d, np.inf, dtype=x.dtype), np.full(d, -np.inf, dtype=x.dtype)
     _sketch_start(offset, collapsed, n)
     for i in range(rows):
@@ -333,7 +337,7 @@ def _grid_scales(step, scale):  # noqa: ANN001, ANN202
 def _grid_slot(scaled, fin, first, start, width):  # noqa: ANN001, ANN202
     """Index in the flat grid counts (the feature's from ``start``) of a value scaled by ``2**-step``; -1 when not ``fin``."""
     b = np.int64(math.floor(scaled if fin else 0.0)) - first
-    return start + min(max(b, 0), width - 1) if fin else -1
+    return start + _least(_greatest(b, 0), width - 1) if fin else -1
 
 
 @_jit_nocheck
@@ -344,12 +348,12 @@ def grid_counts(x, weights, step, first, counts):  # noqa: ANN001, ANN201
     # libm's ldexp call (a third of the sketch's chunk); ldexp itself where 2**-step is no normal float.
     rows, n_features = x.shape
     width = counts.shape[1]
-    scale = np.empty(n_features)
+    scale = _empty(n_features, np.float64)
     # Every 2**-step a normal float (as a grid of finite data has): a row's bins in one branch-free
     # loop that vectorises, then its counts.
     exact = _grid_scales(step, scale)
-    flat = counts.reshape(-1)
-    slot = np.empty(n_features, dtype=np.int64)  # index in ``flat``; -1: NaN or ±inf
+    flat = _flat(counts)
+    slot = _empty(n_features, np.int64)  # index in ``flat``; -1: NaN or ±inf
     for i in range(rows):
         w = _weight(weights, i)
         if exact:
@@ -373,14 +377,14 @@ def grid_tail_blocks(x, step, first, counts, b, g, fine, coarse):  # noqa: ANN00
     # is not, and a second sweep of it cost the tails most of their time.
     rows, d = x.shape
     width = counts.shape[1]
-    scale = np.empty(d)
+    scale = _empty(d, np.float64)
     _grid_scales(step, scale)
-    flat = counts.reshape(-1)
-    slot = np.empty(d, dtype=np.int64)
-    low, high, low2, high2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    flat = _flat(counts)
+    slot = _empty(d, np.int64)
+    low, high, low2, high2 = _empty(d, np.float64), _empty(d, np.float64), _empty(d, np.float64), _empty(d, np.float64)
     _tail_start(low, high, low2, high2)
     for f in range(fine.shape[0]):
-        for i in range(f * b, min(f * b + b, rows)):
+        for i in range(f * b, _least(f * b + b, rows)):
             # Two branch-free loops over the row (in L1 after the first), each of which vectorises.
             _tail_row(x, i, low, high, low2, high2)
             for j in range(d):

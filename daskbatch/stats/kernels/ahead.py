@@ -173,11 +173,8 @@ def _cache_empty() -> bool:
     """Whether numba's cache directory for the kernels holds no compiled daskbatch kernel yet (a new install)."""
     from daskbatch.stats.kernels import _numba  # lazy: numba
 
-    where = getattr(getattr(_numba._finite, "_cache", None), "_cache_path", None)
-    if not where:
-        return False
     try:
-        return not any(name.endswith(".nbi") for name in os.listdir(where))
+        return not any(name.endswith(".nbi") for name in os.listdir(_numba.cache_directory()))
     except OSError:  # not made yet: nothing compiled
         return True
 
