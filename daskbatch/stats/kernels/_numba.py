@@ -14,6 +14,7 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types
+from numba.core import cgutils
 from numba.core.caching import FunctionCache
 from numba.core.imputils import impl_ret_borrowed
 from numba.core.typing import signature
@@ -205,18 +206,39 @@ def _greatest(typingctx, a, b):  # noqa: ANN001, ANN202
     return _select(typingctx, a, b, operator.gt)
 
 
-@intrinsic
-def _empty(typingctx, n, dtype):  # noqa: ANN001, ANN202
-    """``np.empty(n, dtype)``: a new C-contiguous 1-D array of ``n`` values of the NumPy scalar type ``dtype``."""
-    if not (isinstance(n, types.Integer) and isinstance(dtype, types.NumberClass)):
+def _new_array(shape: Any, dtype: Any, zeroed: bool) -> Any:
+    """The typing and codegen of ``np.empty`` or (``zeroed``) ``np.zeros`` of ``shape`` (an int or a tuple of them) and ``dtype``."""
+    if isinstance(shape, types.Integer):
+        kinds = (shape,)
+    elif isinstance(shape, types.UniTuple) and isinstance(shape.dtype, types.Integer):
+        kinds = (shape.dtype,) * shape.count
+    else:
         return None
-    array = types.Array(dtype.instance_type, 1, "C")
+    if not isinstance(dtype, types.NumberClass):
+        return None
+    array = types.Array(dtype.instance_type, len(kinds), "C")
 
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        size = context.cast(builder, args[0], sig.args[0], types.intp)
-        return _empty_nd_impl(context, builder, array, [size])._getvalue()
+        sizes = cgutils.unpack_tuple(builder, args[0]) if isinstance(shape, types.UniTuple) else [args[0]]
+        sizes = [context.cast(builder, size, kind, types.intp) for size, kind in zip(sizes, kinds, strict=True)]
+        new = _empty_nd_impl(context, builder, array, sizes)
+        if zeroed:  # every byte 0: 0, 0.0 and False alike, as np.zeros
+            cgutils.memset(builder, new.data, builder.mul(new.itemsize, new.nitems), 0)
+        return new._getvalue()
 
-    return array(n, dtype), codegen
+    return array(shape, dtype), codegen
+
+
+@intrinsic
+def _empty(typingctx, shape, dtype):  # noqa: ANN001, ANN202
+    """``np.empty(shape, dtype)``: a new C-contiguous array of the NumPy scalar type ``dtype`` (``shape``: an int or a tuple)."""
+    return _new_array(shape, dtype, zeroed=False)
+
+
+@intrinsic
+def _zeros(typingctx, shape, dtype):  # noqa: ANN001, ANN202
+    """``np.zeros(shape, dtype)``: as :func:`_empty`, every value zero."""
+    return _new_array(shape, dtype, zeroed=True)
 
 
 
@@ -251,6 +273,15 @@ def _finite(typingctx, v):  # noqa: ANN001, ANN202
         return below(builder, (magnitude, context.get_constant(types.float64, np.inf)))
 
     return types.boolean(v), codegen
+
+
+@_jit_inline
+def _filled(n, value):  # noqa: ANN001, ANN202
+    """``np.full(n, value)`` of a float ``value``: a new float64 array (numba's np.full is a compile of its own)."""
+    out = _empty(n, np.float64)
+    for i in range(n):
+        out[i] = value
+    return out
 
 
 def finite_first_row(x: np.ndarray) -> np.ndarray | None:

@@ -145,7 +145,7 @@ def two_cdf_sweep(points, weights, order, kinds, totals, out):  # noqa: ANN001, 
     # kinds[c]: column c carries a lower (1) or upper (2) bound of the first enclosure, 3 / 4 of the
     # second, 0 nothing; totals (2, D) their counts. Bounds are read at the last point of each run.
     n_rows, width = points.shape
-    above = np.empty((2, width))
+    above = _empty((2, width), np.float64)
     for r in range(n_rows):
         # Backward: each enclosure's least upper bound from the points strictly above.
         high_a, high_b = np.inf, np.inf

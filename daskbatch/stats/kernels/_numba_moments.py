@@ -6,6 +6,7 @@ import numpy as np
 
 from daskbatch.stats.kernels._numba import (
     BLOCK,
+    _empty,
     _finite,
     _fourth_power,
     _jit,
@@ -13,6 +14,7 @@ from daskbatch.stats.kernels._numba import (
     _least,
     _load,
     _weight,
+    _zeros,
     finite_first_row,
 )
 
@@ -216,10 +218,10 @@ def _moments_pass2(x, weights, shift, approx_mean, clean, s1, s2, s3, s4):  # no
     rows, d = x.shape
     # Made here, not passed in: LLVM then knows that they alias nothing, and the masked loop
     # below vectorises (passed in, it ran 15-25 % slower). Compiled only for chunks with NaN or inf.
-    p1 = np.zeros(d)
-    p2 = np.zeros(d)
-    p3 = np.zeros(d)
-    p4 = np.zeros(d)
+    p1 = _zeros(d, np.float64)
+    p2 = _zeros(d, np.float64)
+    p3 = _zeros(d, np.float64)
+    p4 = _zeros(d, np.float64)
     for b in range(clean.shape[0]):
         i0 = b * BLOCK
         p1[:] = 0.0
@@ -377,7 +379,7 @@ def _class_pass1(x, weights, codes, first, count, shift, total, saved_total, sav
     rows, d = x.shape
     n_classes = count.shape[0]
     # The sums before the block: a column with a non-finite value starts again from them.
-    bad_column = np.zeros(d, dtype=np.bool_)
+    bad_column = _zeros(d, np.bool_)
     wait = 0
     for b in range(first, clean.shape[0]):
         i0 = b * BLOCK
@@ -436,7 +438,7 @@ def _class_pass2(x, weights, codes, shift, count, total, clean, s1, s2):  # noqa
     rows, d = x.shape
     # The means made here, not passed in: LLVM then knows that they alias nothing (see _moments_pass2).
     n_classes = count.shape[0]
-    mean = np.empty((n_classes, d))
+    mean = _empty((n_classes, d), np.float64)
     for k in range(n_classes):
         for j in range(d):
             c = count[k, j]

@@ -11,6 +11,7 @@ from numba.extending import intrinsic
 
 from daskbatch.stats.kernels._numba import (
     _empty,
+    _filled,
     _finite,
     _flat,
     _greatest,
@@ -21,6 +22,7 @@ from daskbatch.stats.kernels._numba import (
     _least,
     _load,
     _weight,
+    _zeros,
 )
 
 
@@ -205,8 +207,8 @@ def sketch_counts_log(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, of
     lo_key = float(k_min)
     hi_key = float(k_max)
     code = _empty(d, np.int64)
-    fmin = np.full(d, np.inf)
-    fmax = np.full(d, -np.inf)
+    fmin = _filled(d, np.inf)
+    fmax = _filled(d, -np.inf)
     _sketch_start(offset, collapsed, n)
     for i in range(rows):
         for j in range(d):
@@ -286,8 +288,8 @@ def sketch_counts(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset
     inv_ln_gamma = 1.0 / ln_gamma
     near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
     code = _empty(d, np.int64)
-    fmin = np.full(d, np.inf)
-    fmax = np.full(d, -np.inf)
+    fmin = _filled(d, np.inf)
+    fmax = _filled(d, -np.inf)
     _sketch_start(offset, collapsed, n)
     for i in range(rows):
         n_near = 0
@@ -319,15 +321,17 @@ def sketch_counts_all(x, ln_gamma, min_magnitude, k_min, k_max, n, counts, offse
     hi_key = float(k_max)
     inv_ln_gamma = 1.0 / ln_gamma
     near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
-    first = np.arange(d) * (2 * n + 4)  # first slot of every feature
+    first = _empty(d, np.int64)  # first slot of every feature
+    for j in range(d):
+        first[j] = j * (2 * n + 4)
     flat = _flat(counts)
     code = _empty(d, np.int64)
-    fmin = np.full(d, np.inf)
-    fmax = np.full(d, -np.inf)
+    fmin = _filled(d, np.inf)
+    fmax = _filled(d, -np.inf)
     # Bucketed values of each sign, counted in the vectorised loop: which windows hold any
     # (scanning the counts afterwards reads all 2n of them per feature).
-    n_neg = np.zeros(d, dtype=np.int64)
-    n_pos = np.zeros(d, dtype=np.int64)
+    n_neg = _zeros(d, np.int64)
+    n_pos = _zeros(d, np.int64)
     for i in range(rows):
         n_near = 0
         # Codes of one row (the code is the column here), branch-free so that it vectorises ...
