@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
-import subprocess
-import sys
 from typing import Any
 
 import numpy as np
@@ -22,8 +19,8 @@ import daskbatch as db
 from daskbatch.planning.plan import chunk_task_terms
 from daskbatch.stats import Bundle, Moments, Sketch
 from daskbatch.stats.kernels.path import float32_block
+from tests.test_compile_ahead import fresh_process
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMALL = (np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.float16)
 
 
@@ -159,9 +156,7 @@ print(json.dumps(sorted(blocks)))
 def test_small_values_compile_no_kernels_of_their_own(tmp_path: pathlib.Path) -> None:
     # A fresh process and numba cache: the kernels it compiles read float32 blocks (and float64 arrays of
     # their own), never bool, 8- or 16-bit ones.
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="0",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", COMPILED_FOR], env=env, capture_output=True, text=True, timeout=280)
+    done = fresh_process(COMPILED_FOR, cache=tmp_path / "cache", DASKBATCH_COMPILE_AHEAD="0")
     assert done.returncode == 0, done.stderr[-2000:]
     blocks = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert "float32" in blocks

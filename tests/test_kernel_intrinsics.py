@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,8 +21,7 @@ from daskbatch.stats.kernels._numba import (  # noqa: E402
     _least,
     _zeros,
 )
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.test_compile_ahead import fresh_process  # noqa: E402
 
 # Signed zeros, NaN and infinities on either side: min and max keep their first argument on a tie or a NaN.
 FLOATS = (-np.inf, -1.5, -0.0, 0.0, 2.5, np.inf, np.nan)
@@ -160,9 +156,7 @@ print(json.dumps(sorted(set(seen))))
 @pytest.mark.slow
 def test_a_cold_first_call_compiles_no_overloads_of_min_max_or_array_constructors(tmp_path: pathlib.Path) -> None:
     # Each numba overload the kernels call is a whole compile of its own in every process on a cold cache.
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="0",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", COLD_COMPILES], env=env, capture_output=True, text=True, timeout=280)
+    done = fresh_process(COLD_COMPILES, cache=tmp_path / "cache", DASKBATCH_COMPILE_AHEAD="0")
     assert done.returncode == 0, done.stderr[-2000:]
     compiled = json.loads(done.stdout.strip().splitlines()[-1])
     assert any(name.startswith("daskbatch.stats.kernels") for name in compiled), compiled
