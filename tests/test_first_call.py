@@ -68,12 +68,13 @@ def test_a_new_install_compiles_each_kernel_once_and_the_demo_workers_nothing(tm
     # The kernels' small helpers are copied into their callers: none is a compile of its own (each was a whole
     # compile: the helpers took ~12 % of the first call's compile time).
     helpers = _inlined_helpers()  # every one, so that a new helper is checked too; at least these:
-    assert {"_finite", "_copy_sums", "_tail_row", "_tail_block_end", "_tail_start", "_grid_scales", "_grid_slot",
+    assert {"_filled", "_copy_sums", "_tail_row", "_tail_block_end", "_tail_start", "_grid_scales", "_grid_slot",
             "_code_folded", "_sketch_key", "_clamped_key", "_heap_replace", "_slot_any_range",
             "_slot_in_range"} <= helpers, helpers
     assert not [name for name in warm_up if name.split(".")[0] in helpers], warm_up
-    # Nor is the element load, the row weight or the fourth power: intrinsics, emitted into their callers (as
-    # overloads, each signature was a compile of its own lambda).
+    # Nor is the element load, the row weight, the fourth power or the finite test: intrinsics, emitted into their
+    # callers (as overloads, each signature was a compile of its own lambda; tests/test_kernel_intrinsics.py has the
+    # others that stand for numba's own overloads).
     assert not [name for name in warm_up if "<lambda>" in name], warm_up
     # The demo's warm-up left nothing for its workers to compile.
     assert found["describe"] == {}, found["describe"]
