@@ -281,7 +281,8 @@ def _array(group: zarr.Group, name: str, path: str) -> zarr.Array:
 class RowStore:
     """An output store being written; use :meth:`open` to create or resume one."""
 
-    def __init__(self, path: str, group: zarr.Group, rows: int, chunk_rows: int, names: list[str]) -> None:
+    def __init__(self, path: str, group: zarr.Group, rows: int, chunk_rows: int, names: list[str], *,
+                 flush: bool = True) -> None:
         self.path = path
         self.group = group
         self.rows = rows
@@ -290,7 +291,7 @@ class RowStore:
         self.done = read_done(path)
         # write_empty_chunks is a runtime setting: a block of fill values must still be stored.
         arrays = {n: _array(group, n, path).with_config({"write_empty_chunks": True}) for n in names}
-        self.writer = RegionWriter(arrays, rows, chunk_rows)
+        self.writer = RegionWriter(arrays, rows, chunk_rows, flush=flush)
         self._log: IO[str] | None = None  # the done-log, opened at the first block written
         self._lock = threading.Lock()
         self._run_lock: RunLock | None = None
@@ -354,8 +355,8 @@ class RowStore:
             group = zarr.open_group(os.path.abspath(out), mode="r+")
             if not create:
                 _remove_killed_writes(out)
-            store = cls(out, group, rows, chunk_rows, [a.name for a in arrays])
-            store.writer.flush = not check_chunks
+            # Chunks that a resume decodes again need no flush before the done-log names them.
+            store = cls(out, group, rows, chunk_rows, [a.name for a in arrays], flush=not check_chunks)
             if check_chunks and not create and not store.complete:
                 store._keep_decoding()
         except BaseException:
