@@ -76,7 +76,6 @@ def test_empty_is_a_new_c_array_of_the_type(n: int) -> None:
     assert n == 0 or not np.shares_memory(floats, again)
 
 
-
 @numba.njit
 def _new_arrays(n):  # noqa: ANN001, ANN202
     return _zeros((n, 3), np.float64), _zeros(n, np.bool_), _zeros((2, n), np.int64), _empty((n, 2), np.int64), _filled(n, -np.inf)
@@ -90,6 +89,7 @@ def test_zeros_empty_and_filled_are_numpys(n: int) -> None:
         np.testing.assert_array_equal(got, want, strict=True)
         assert got.flags.c_contiguous
     assert scratch.shape == (n, 2) and scratch.dtype == np.int64 and scratch.flags.c_contiguous
+
 
 @numba.njit
 def _flat_add(a):  # noqa: ANN001, ANN202

@@ -241,7 +241,6 @@ def _zeros(typingctx, shape, dtype):  # noqa: ANN001, ANN202
     return _new_array(shape, dtype, zeroed=True)
 
 
-
 @intrinsic
 def _flat(typingctx, a):  # noqa: ANN001, ANN202
     """``a.reshape(-1)`` of a C-contiguous array: a 1-D view of its values in order."""
