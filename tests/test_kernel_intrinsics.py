@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import pathlib
@@ -11,8 +12,12 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
+from numba.core.errors import TypingError  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
 from daskbatch.stats.kernels import _numba, _numba_moments  # noqa: E402
 from daskbatch.stats.kernels._numba import (  # noqa: E402
+    _choose,
     _empty,
     _filled,
     _finite,
@@ -55,6 +60,29 @@ def test_least_and_greatest_are_numbas_min_and_max(kinds: tuple[type, type]) -> 
 def test_least_and_greatest_are_pythons_on_ties_and_nan() -> None:
     assert np.signbit(_ours(-0.0, 0.0)[0]) and not np.signbit(_ours(0.0, -0.0)[0])  # the first of a tie
     assert np.isnan(_ours(np.nan, 1.0)[0]) and _ours(1.0, np.nan) == (1.0, 1.0)  # NaN only when it comes first
+
+
+@numba.njit
+def _chosen(flag, a, b):  # noqa: ANN001, ANN202
+    return _choose(flag, a, b)
+
+
+@numba.njit
+def _branched(flag, a, b):  # noqa: ANN001, ANN202
+    return a if flag else b
+
+
+@pytest.mark.parametrize("kinds", [(float, float), (int, int), (int, float), (float, int), (np.float32, float)])
+def test_choose_is_numbas_conditional_expression(kinds: tuple[type, type]) -> None:
+    values = {float: FLOATS, int: INTS, np.float32: tuple(map(np.float32, FLOATS))}
+    for flag, a, b in itertools.product((True, False), values[kinds[0]], values[kinds[1]]):
+        got, want = _chosen(flag, a, b), _branched(flag, a, b)
+        assert _bits(got) == _bits(want), (flag, a, b, got, want)  # the common type, signed zeros and NaN kept
+
+
+def test_choose_takes_a_boolean_condition_only() -> None:
+    with pytest.raises(TypingError):
+        _chosen(1, 2.0, 3.0)  # an int's truth would be a compare of its own: written out where it is meant
 
 
 @numba.njit
@@ -127,6 +155,48 @@ def test_finite_is_numpys_isfinite(dtype: str) -> None:
 
 def test_the_cache_directory_is_the_kernels() -> None:
     assert _numba.cache_directory() == str(_numba_moments._moments_pass1_clean._cache._cache_path)
+
+
+def _kernel_noting_the_collector(seen: list[bool]) -> object:
+    """A new kernel, shared as daskbatch's are, that appends the collector's switch to ``seen`` as it compiles."""
+    @intrinsic
+    def note(typingctx, v):  # noqa: ANN001, ANN202
+        seen.append(gc.isenabled())  # typing runs the compiler's Python code
+        if not isinstance(v, numba.types.Float):  # the failing compile of the test
+            return None
+        return v(v), lambda context, builder, sig, args: args[0]
+
+    def kernel(v):  # noqa: ANN001, ANN202
+        return note(v)
+
+    return _numba.shared(numba.njit(kernel))
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_the_collector_is_off_while_a_kernel_compiles_and_as_it_was_after(collecting: bool) -> None:
+    # A compile's full collections walked every object of the process, for garbage the compile makes young.
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        seen: list[bool] = []
+        assert _kernel_noting_the_collector(seen)(2.5) == 2.5
+        assert seen == [False]
+        assert gc.isenabled() is collecting
+        with pytest.raises(TypingError):  # a compile that fails leaves it as it was too
+            _kernel_noting_the_collector(seen)("text")
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_nested_pauses_of_the_collector_end_with_the_last() -> None:
+    # Two threads may be in a compile at once (one waiting on numba's lock): the first to end must not resume it.
+    assert gc.isenabled()
+    with _numba._collector_paused():
+        with _numba._collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
 
 
 COLD_COMPILES = r"""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import operator
 import os
 import threading
@@ -35,6 +36,11 @@ LOCK_WAIT_SECONDS = 120.0
 # This thread's nesting of compiles: callees compile inside their caller's lock.
 _depth = threading.local()
 
+# Compiles in progress on all threads, and whether the collector ran before the first of them.
+_pause_lock = threading.Lock()
+_pauses = 0
+_was_collecting = True
+
 
 def shared(dispatcher: Any) -> Any:
     """Make ``dispatcher``'s top-level compiles take the kernel's lock file while a helper shares the cache."""
@@ -46,9 +52,9 @@ def shared(dispatcher: Any) -> Any:
         depth = getattr(_depth, "n", 0)
         _depth.n = depth + 1
         try:
-            if not sharing.is_set() or depth:  # callees compile inside their caller's lock
+            if depth:  # callees compile inside their caller's lock
                 return compile_here(sig)
-            with _kernel_lock(dispatcher):
+            with _collector_paused(), _kernel_lock(dispatcher) if sharing.is_set() else contextlib.nullcontext():
                 return compile_here(sig)  # after another's compile: loaded from the cache
         finally:
             _depth.n = depth
@@ -56,6 +62,27 @@ def shared(dispatcher: Any) -> Any:
     # The instance's attribute: numba calls self.compile for each signature not yet in this process.
     dispatcher.compile = compile_shared
     return dispatcher
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep Python's cyclic garbage collector off while this thread compiles (as it was once the last compile ends)."""
+    # A compile makes a few hundred thousand short-lived objects, so the collector ran often, and each full
+    # collection walked every object of the process (dask's, zarr's, numba's registries): about 0.07 s apiece,
+    # seven in one process's first describe. Their garbage is collected at the first collection after.
+    global _pauses, _was_collecting
+    with _pause_lock:
+        if _pauses == 0:
+            _was_collecting = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_collecting:
+                gc.enable()
 
 
 def cache_directory() -> str:
@@ -204,6 +231,27 @@ def _least(typingctx, a, b):  # noqa: ANN001, ANN202
 def _greatest(typingctx, a, b):  # noqa: ANN001, ANN202
     """``max(a, b)`` of two numbers: ``b if b > a else a`` (``a`` when either is NaN)."""
     return _select(typingctx, a, b, operator.gt)
+
+
+@intrinsic
+def _choose(typingctx, condition, if_true, if_false):  # noqa: ANN001, ANN202
+    """``if_true if condition else if_false``, both evaluated: one select, where the expression is three blocks to compile."""
+    # numba compiles each such expression as a branch and two blocks, about 10 ms of a first call's compile apiece,
+    # where the loops time the same with a select. Only for values that are safe to compute either way: no division
+    # that can raise, no index that can be out of bounds.
+    if not isinstance(condition, types.Boolean):
+        return None
+    common = typingctx.unify_types(types.unliteral(if_true), types.unliteral(if_false))
+    if common is None:
+        return None
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        flag, yes, no = args
+        yes = context.cast(builder, yes, sig.args[1], common)
+        no = context.cast(builder, no, sig.args[2], common)
+        return builder.select(flag, yes, no)
+
+    return common(condition, if_true, if_false), codegen
 
 
 def _new_array(shape: Any, dtype: Any, zeroed: bool) -> Any:

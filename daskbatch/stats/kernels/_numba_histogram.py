@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from daskbatch.stats.kernels._numba import (
+    _choose,
     _empty,
     _greatest,
     _jit,
@@ -31,14 +32,14 @@ def _slot_any_range(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
     # INT_MIN for NaN, ±inf and beyond ±2**63, clipped to 0 below) keeps the loop
     # scalar; the float expression gives the same slot for every value.
     f = np.floor((v - lo) * scale)
-    f = f if abs(f) < _INT_LIMIT else 0.0  # where math.floor gave INT_MIN (NaN included)
-    f = f if f < top else top
-    f = f if f > 0.0 else 0.0
-    f = f - 1.0 if v < f * step + lo else f
-    f = f + 1.0 if (v >= (f + 1.0) * step + lo) & (f < top) else f
-    f = -1.0 if v < lo else f
-    f = float(bins) if v > hi else f
-    return float(bins + 1) if v != v else f
+    f = _choose(abs(f) < _INT_LIMIT, f, 0.0)  # where math.floor gave INT_MIN (NaN included)
+    f = _choose(f < top, f, top)
+    f = _choose(f > 0.0, f, 0.0)
+    f = _choose(v < f * step + lo, f - 1.0, f)
+    f = _choose((v >= (f + 1.0) * step + lo) & (f < top), f + 1.0, f)
+    f = _choose(v < lo, -1.0, f)
+    f = _choose(v > hi, float(bins), f)
+    return _choose(v != v, float(bins + 1), f)
 
 
 @_jit_inline
@@ -48,16 +49,16 @@ def _slot_in_range(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
     # (v - lo) * scale < 2**63 for v <= hi (_ranged), so the INT_MIN guard never
     # fires there; above hi or at NaN the last two lines overwrite f anyway.
     f = np.floor((v - lo) * scale)
-    f = f if f < top else top
-    f = f if f > 0.0 else 0.0
+    f = _choose(f < top, f, top)
+    f = _choose(f > 0.0, f, 0.0)
     # Both edges from the unsettled f: when v moves down it is below edge f, which
     # is what the former loop's second test compared it with, so it cannot move up.
     # No test for v < lo: there f is 0 and edge 0 is lo (0 * step is +0), so v moves to -1.
     e0 = f * step + lo
     e1 = (f + 1.0) * step + lo
-    f = f - 1.0 if v < e0 else (f + 1.0 if (v >= e1) & (f < top) else f)
-    f = float(bins) if v > hi else f
-    return float(bins + 1) if v != v else f
+    f = _choose(v < e0, f - 1.0, _choose((v >= e1) & (f < top), f + 1.0, f))
+    f = _choose(v > hi, float(bins), f)
+    return _choose(v != v, float(bins + 1), f)
 
 
 def _ranged(lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray) -> bool:

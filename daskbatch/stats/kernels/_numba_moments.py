@@ -6,9 +6,11 @@ import numpy as np
 
 from daskbatch.stats.kernels._numba import (
     BLOCK,
+    _choose,
     _empty,
     _finite,
     _fourth_power,
+    _greatest,
     _jit,
     _jit_inline,
     _least,
@@ -37,6 +39,7 @@ def _moments_block_masked(  # noqa: ANN202
         for j in range(j0, j1):
             v = _load(x[i, j])
             fin = _finite(v)
+            # Conditional expressions, not _choose: as selects this loop ran 7 % slower (data with NaN only).
             part[j] += wi * (v - shift[j]) if fin else 0.0
             wpart[j] += wi if fin else 0.0
             count[j] += fin
@@ -62,29 +65,29 @@ def _moments_block_fast(x, weights, shift, i0, i1, part, bmin, bmax):  # noqa: A
             s, p, lo, hi = shift[j], part[j], bmin[j], bmax[j]
             v = _load(x[i, j])
             p += wa * (v - s)
-            lo = v if v < lo else lo
-            hi = v if v > hi else hi
+            lo = _least(lo, v)
+            hi = _greatest(hi, v)
             v = _load(x[i + 1, j])
             p += wb * (v - s)
-            lo = v if v < lo else lo
-            hi = v if v > hi else hi
+            lo = _least(lo, v)
+            hi = _greatest(hi, v)
             v = _load(x[i + 2, j])
             p += wc * (v - s)
-            lo = v if v < lo else lo
-            hi = v if v > hi else hi
+            lo = _least(lo, v)
+            hi = _greatest(hi, v)
             v = _load(x[i + 3, j])
             p += wd * (v - s)
             part[j] = p
-            bmin[j] = v if v < lo else lo
-            bmax[j] = v if v > hi else hi
+            bmin[j] = _least(lo, v)
+            bmax[j] = _greatest(hi, v)
         i += 4
     for r in range(i, i1):
         wi = _weight(weights, r)
         for j in range(d):
             v = _load(x[r, j])
             part[j] += wi * (v - shift[j])
-            bmin[j] = v if v < bmin[j] else bmin[j]
-            bmax[j] = v if v > bmax[j] else bmax[j]
+            bmin[j] = _least(bmin[j], v)
+            bmax[j] = _greatest(bmax[j], v)
 
 
 @_jit_inline
@@ -147,8 +150,8 @@ def _moments_pass1_clean(x, weights, shift, count, wsum, total, fmin, fmax, part
             w += _weight(weights, i)
         for j in range(d):
             count[j] += i1 - i0
-            fmin[j] = bmin[j] if bmin[j] < fmin[j] else fmin[j]  # ties keep the earlier value, as row by row
-            fmax[j] = bmax[j] if bmax[j] > fmax[j] else fmax[j]
+            fmin[j] = _least(fmin[j], bmin[j])  # ties keep the earlier value, as row by row
+            fmax[j] = _greatest(fmax[j], bmax[j])
             total[j] += part[j]
             wsum[j] += w
     return n_blocks
@@ -180,8 +183,8 @@ def _moments_pass1(x, weights, shift, first, count, wsum, total, nan, posinf, fm
                 if _finite(part[j]):
                     wpart[j] = w
                     count[j] += i1 - i0
-                    fmin[j] = bmin[j] if bmin[j] < fmin[j] else fmin[j]  # ties keep the earlier value, as row by row
-                    fmax[j] = bmax[j] if bmax[j] > fmax[j] else fmax[j]
+                    fmin[j] = _least(fmin[j], bmin[j])  # ties keep the earlier value, as row by row
+                    fmax[j] = _greatest(fmax[j], bmax[j])
                 else:  # a few columns: again with the finite test
                     _moments_block_masked(
                         x, weights, shift, i0, i1, j, j + 1, part, wpart, count, nan, posinf, fmin, fmax
@@ -235,7 +238,7 @@ def _moments_pass2(x, weights, shift, approx_mean, clean, s1, s2, s3, s4):  # no
                 wi = _weight(weights, i)
                 for j in range(d):
                     v = _load(x[i, j])
-                    dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
+                    dev = _choose(_finite(v), (v - shift[j]) - approx_mean[j], 0.0)
                     wdev = wi * dev
                     p1[j] += wdev
                     p2[j] += wdev * dev
@@ -297,7 +300,7 @@ def _class_block_masked(x, weights, codes, i0, i1, j0, j1, count, shift, total):
         for j in range(j0, j1):
             v = _load(x[i, j])
             fin = _finite(v)
-            total[k, j] += (v - shift[k, j]) * wi if fin else 0.0
+            total[k, j] += _choose(fin, (v - shift[k, j]) * wi, 0.0)
             count[k, j] += fin * wi
 
 
@@ -442,7 +445,7 @@ def _class_pass2(x, weights, codes, shift, count, total, clean, s1, s2):  # noqa
     for k in range(n_classes):
         for j in range(d):
             c = count[k, j]
-            mean[k, j] = total[k, j] / (c if c > 0 else 1)
+            mean[k, j] = total[k, j] / _choose(c > 0, c, 1)
     for b in range(clean.shape[0]):
         i0 = b * BLOCK
         if clean[b]:  # every value finite: the same deviations without the test
@@ -453,7 +456,7 @@ def _class_pass2(x, weights, codes, shift, count, total, clean, s1, s2):  # noqa
                 wi = _weight(weights, i)
                 for j in range(d):
                     v = _load(x[i, j])
-                    dev = ((v - shift[k, j]) - mean[k, j]) if _finite(v) else 0.0
+                    dev = _choose(_finite(v), (v - shift[k, j]) - mean[k, j], 0.0)
                     s1[k, j] += dev * wi
                     s2[k, j] += dev * dev * wi
 

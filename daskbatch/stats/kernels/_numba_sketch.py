@@ -10,6 +10,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from daskbatch.stats.kernels._numba import (
+    _choose,
     _empty,
     _filled,
     _finite,
@@ -30,8 +31,8 @@ from daskbatch.stats.kernels._numba import (
 def _clamped_key(q, lo_key, hi_key):  # noqa: ANN001, ANN202
     """``ceil(q)`` clamped to ``[lo_key, hi_key]``, less ``lo_key`` (float64)."""
     key = np.ceil(q)
-    key = key if key < hi_key else hi_key
-    return (key if key > lo_key else lo_key) - lo_key
+    key = _choose(key < hi_key, key, hi_key)
+    return _choose(key > lo_key, key, lo_key) - lo_key
 
 
 @_jit_inline
@@ -85,8 +86,8 @@ def fast_log(a):  # noqa: ANN001, ANN201
     e = np.float64((b >> 52) - 1023)
     m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # in [1, 2)
     up = m > _SQRT2
-    m = m * 0.5 if up else m
-    e = e + 1.0 if up else e
+    m = _choose(up, m * 0.5, m)
+    e = _choose(up, e + 1.0, e)
     t = (m - 1.0) / (m + 1.0)
     t2 = t * t
     return e * _LN2 + t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9)))))
@@ -95,11 +96,11 @@ def fast_log(a):  # noqa: ANN001, ANN201
 @_jit_inline
 def _sketch_code(v, key, bucketed, n):  # noqa: ANN001, ANN202
     """Code of a value: its key (negative), ``n`` + key (positive), ``2n`` + 0..3 (-inf, zero or tiny, +inf, NaN)."""
-    c = key + n if v > 0.0 else key
-    c = c if bucketed else 2.0 * n + 1.0
-    c = 2.0 * n + 2.0 if v == np.inf else c
-    c = 2.0 * n if v == -np.inf else c
-    c = 2.0 * n + 3.0 if v != v else c
+    c = _choose(v > 0.0, key + n, key)
+    c = _choose(bucketed, c, 2.0 * n + 1.0)
+    c = _choose(v == np.inf, 2.0 * n + 2.0, c)
+    c = _choose(v == -np.inf, 2.0 * n, c)
+    c = _choose(v != v, 2.0 * n + 3.0, c)
     return np.int64(c)
 
 
@@ -165,7 +166,7 @@ def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001,
         if c >= 2 * n:
             counts[j, 2 * w + c - 2 * n] += wi
             continue
-        side = 1 if c >= n else 0
+        side = _choose(c >= n, 1, 0)
         key = c - side * n
         col = key - offset[j, side]
         if 0 <= col < w:
@@ -215,11 +216,11 @@ def sketch_counts_log(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, of
             v = _load(x[i, j])
             a = abs(v)
             bucketed = (a >= min_magnitude) & (a < np.inf)
-            key = _sketch_key(a if bucketed else 1.0, ln_gamma, lo_key, hi_key)
+            key = _sketch_key(_choose(bucketed, a, 1.0), ln_gamma, lo_key, hi_key)
             code[j] = _sketch_code(v, key, bucketed, n)
             fin = _finite(v)
-            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
-            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+            fmin[j] = _choose(fin & (v < fmin[j]), v, fmin[j])
+            fmax[j] = _choose(fin & (v > fmax[j]), v, fmax[j])
         _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
     _sketch_finish(counts, offset, collapsed, n, w)
     return fmin, fmax
@@ -231,7 +232,7 @@ def _sketch_top(c, o, j, side, w):  # noqa: ANN001, ANN202
     last = w - 1
     while last >= 0 and c[j, side * w + last] == 0:
         last -= 1
-    return o[j, side] + last if last >= 0 else -1
+    return _choose(last >= 0, o[j, side] + last, -1)
 
 
 @_jit_inline
@@ -276,7 +277,7 @@ def _recode_near(x, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n,
         q = fast_log(a) * inv_ln_gamma
         if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < band):
             key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
-            code[j] = key + n if v > 0.0 else key
+            code[j] = _choose(v > 0.0, key + n, key)
 
 
 @_jit_nocheck
@@ -302,8 +303,8 @@ def sketch_counts(x, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset
             code[j] = _sketch_code(v, _clamped_key(q, lo_key, hi_key), bucketed, n)
             n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
             fin = _finite(v)
-            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
-            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+            fmin[j] = _choose(fin & (v < fmin[j]), v, fmin[j])
+            fmax[j] = _choose(fin & (v > fmax[j]), v, fmax[j])
         # ... the rare values close to a boundary again, with the reference expression ...
         if n_near:
             _recode_near(x, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
@@ -345,8 +346,8 @@ def sketch_counts_all(x, ln_gamma, min_magnitude, k_min, k_max, n, counts, offse
             n_pos[j] += bucketed & (v > 0.0)
             n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
             fin = _finite(v)
-            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
-            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+            fmin[j] = _choose(fin & (v < fmin[j]), v, fmin[j])
+            fmax[j] = _choose(fin & (v > fmax[j]), v, fmax[j])
         # ... the rare values close to a boundary again, with the reference expression ...
         if n_near:
             _recode_near(x, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
@@ -356,8 +357,8 @@ def sketch_counts_all(x, ln_gamma, min_magnitude, k_min, k_max, n, counts, offse
         for j in range(d):
             flat[np.uint64(first[j] + code[j])] += wi
     for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
-        offset[j, 0] = 0 if n_neg[j] else n
-        offset[j, 1] = 0 if n_pos[j] else n
+        offset[j, 0] = _choose(n_neg[j] != 0, 0, n)
+        offset[j, 1] = _choose(n_pos[j] != 0, 0, n)
     return fmin, fmax
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from daskbatch.stats.kernels._numba import (
+    _choose,
     _empty,
     _finite,
     _flat,
@@ -137,8 +138,8 @@ def _code_f32(u, table, shift, min_bits, n):  # noqa: ANN001, ANN202
     e = table[np.uint64(u) >> np.uint64(shift)]
     c = (e >> 32) + (np.int64(u) >= (e & 0xFFFFFFFF))
     mag = np.int64(u & 0x7FFFFFFF)
-    c = c if mag >= min_bits else 2 * n + 1
-    return 2 * n + 3 if mag > _EXP_MASK else c
+    c = _choose(mag >= min_bits, c, 2 * n + 1)
+    return _choose(mag > _EXP_MASK, 2 * n + 3, c)
 
 
 @_jit_nocheck
@@ -163,8 +164,8 @@ def _counts_all_f32(x, u, table, shift, min_bits, n, flat, weights, fmin, fmax, 
             rare |= ((mag >= rare_lo) & (mag < rare_hi)) | ((bits > _NEG_INF32) & (bits < nan_hi))
             v = x[i, j]
             fin = abs(v) < _INF32
-            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
-            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+            fmin[j] = _choose(fin & (v < fmin[j]), v, fmin[j])
+            fmax[j] = _choose(fin & (v > fmax[j]), v, fmax[j])
         # ... then key and count each value in one scalar pass (no code stored and read back):
         # the table read is a gather, which LLVM does not vectorise. The folded table makes a
         # code one load, a compare and an add.
@@ -173,8 +174,8 @@ def _counts_all_f32(x, u, table, shift, min_bits, n, flat, weights, fmin, fmax, 
                 b = u[i, j]
                 c = _code_folded(b, table, shift)
                 mag = b & 0x7FFFFFFF
-                c = c if mag >= min_bits else 2 * n + 1
-                c = 2 * n + 3 if mag > _EXP_MASK else c
+                c = _choose(mag >= min_bits, c, 2 * n + 1)
+                c = _choose(mag > _EXP_MASK, 2 * n + 3, c)
                 flat[np.uint64(j) * width + np.uint64(c)] += wi
         else:
             for j in range(d):
@@ -224,8 +225,8 @@ def sketch_counts_f32(x, u, table, shift, min_bits, n, w, counts, offset, collap
         for j in range(d):
             v = x[i, j]
             fin = abs(v) < _INF32
-            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
-            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+            fmin[j] = _choose(fin & (v < fmin[j]), v, fmin[j])
+            fmax[j] = _choose(fin & (v > fmax[j]), v, fmax[j])
         _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
     _sketch_finish(counts, offset, collapsed, n, w)
     return fmin.astype(np.float64), fmax.astype(np.float64)
@@ -336,8 +337,8 @@ def _grid_scales(step, scale):  # noqa: ANN001, ANN202
 @_jit_nocheck_inline
 def _grid_slot(scaled, fin, first, start, width):  # noqa: ANN001, ANN202
     """Index in the flat grid counts (the feature's from ``start``) of a value scaled by ``2**-step``; -1 when not ``fin``."""
-    b = np.int64(math.floor(scaled if fin else 0.0)) - first
-    return start + _least(_greatest(b, 0), width - 1) if fin else -1
+    b = np.int64(math.floor(_choose(fin, scaled, 0.0))) - first
+    return _choose(fin, start + _least(_greatest(b, 0), width - 1), -1)
 
 
 @_jit_nocheck
