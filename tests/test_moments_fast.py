@@ -240,3 +240,27 @@ def test_blocks_take_the_fast_path_again_after_masked_ones() -> None:
     np.testing.assert_array_equal(fast._class_pass1_blocks(x, None, codes, count, shift, total), expected)
     few = fast._pass1(_chunk("few_bad", "float32"), None, np.zeros(9))[-1]
     np.testing.assert_array_equal(np.flatnonzero(~few), [0, 2, 6, 7])  # rows 5; 300, 301; 777; 999
+
+
+@pytest.mark.parametrize("case", ["early", "late class", "NaN in a first row", "absent class", "int64"])
+def test_class_shifts_from_the_first_rows_are_the_scans(case: str) -> None:
+    # Taken from each class's first row only where the scan would find the same values; else the scan runs.
+    rng = np.random.default_rng(3)
+    x = rng.normal(1000, 5, size=(3 * fast._HEAD_ROWS, 5))
+    x = x.astype(np.int64) if case == "int64" else x.astype(np.float32)
+    codes = rng.integers(0, 4, x.shape[0])
+    if case == "late class":  # class 3 first comes after the head
+        codes[codes == 3] = 2
+        codes[fast._HEAD_ROWS + 7] = 3
+    if case == "NaN in a first row":
+        x[np.argmax(codes == 1), 2] = np.nan
+    if case == "absent class":
+        codes[codes == 3] = 0
+    scanned, taken = np.zeros((4, 5)), np.zeros((4, 5))
+    fast._class_shift(x, codes, scanned, np.zeros((4, 5), dtype=np.bool_), np.full(4, 5, dtype=np.int64))
+    took = fast._classes_first_rows(x, codes, taken)
+    assert took is (case in ("early", "int64"))
+    if took:
+        np.testing.assert_array_equal(taken, scanned, strict=True)
+    else:
+        assert not taken.any()  # left as it was, for the scan

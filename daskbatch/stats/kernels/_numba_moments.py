@@ -25,6 +25,9 @@ from daskbatch.stats.kernels._numba import (
 #: would otherwise pay for both loops in every block).
 _RETRY = 32
 
+#: Rows at the head of a chunk in which class_moments_chunk looks for each class's first row before any scan.
+_HEAD_ROWS = 4096
+
 
 @_jit
 def _moments_block_masked(  # noqa: ANN202
@@ -477,6 +480,21 @@ def _class_pass1_blocks(
     return clean
 
 
+def _classes_first_rows(x: np.ndarray, codes: np.ndarray, shift: np.ndarray) -> bool:
+    """Each class's first row into ``shift`` when the first :data:`_HEAD_ROWS` rows hold every class and those rows are finite; whether they did."""
+    # Usually so: then they are each (class, column)'s first finite values, with no scan to compile (as
+    # finite_first_row for the moments).
+    n_classes = shift.shape[0]
+    present, first = np.unique(codes[:_HEAD_ROWS], return_index=True)
+    if present.size != n_classes or (n_classes and (present[0] != 0 or present[-1] != n_classes - 1)):
+        return False
+    rows = x[first]
+    if not np.isfinite(rows).all():
+        return False
+    shift[:] = rows
+    return True
+
+
 def class_moments_chunk(
     x: np.ndarray, codes: np.ndarray, count: np.ndarray, shift: np.ndarray, total: np.ndarray,
     s1: np.ndarray, s2: np.ndarray, weights: np.ndarray | None,
@@ -484,7 +502,8 @@ def class_moments_chunk(
     """Per-(class, column) sums of a chunk for the corrected two-pass class moments, added to the arrays given."""
     # Arrays made here, not in compiled code (see moments_chunk).
     n_classes, d = count.shape[0], x.shape[1]
-    _class_shift(x, codes, shift, np.zeros((n_classes, d), dtype=np.bool_), np.full(n_classes, d, dtype=np.int64))
+    if not _classes_first_rows(x, codes, shift):
+        _class_shift(x, codes, shift, np.zeros((n_classes, d), dtype=np.bool_), np.full(n_classes, d, dtype=np.int64))
     clean = _class_pass1_blocks(x, weights, codes, count, shift, total)
     if clean.all():
         with np.errstate(all="ignore"):  # as compiled: x / 0.0 gives ±inf or NaN without a warning
