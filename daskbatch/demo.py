@@ -13,7 +13,7 @@ from typing import Any
 
 from daskbatch.io.outputs import OutputError, OutputTarget, check_output, staged
 from daskbatch.precompile import compile_in_background, load_on_workers, quieter
-from daskbatch.runtime.cluster import drop_heartbeat_failures
+from daskbatch.runtime.cluster import drop_close_noise
 from daskbatch.summary.reprs import format_report
 
 #: The demo's default size: seconds on a laptop (``--rows 2000000`` for the full-size run).
@@ -110,7 +110,7 @@ def _local_client(n_workers: int, threads_per_worker: int) -> Iterator[Any]:
             # as nothing of the demo's is left on it.
             with quieter("distributed.nanny", logging.ERROR):
                 with contextlib.suppress(Exception):  # a worker that is gone already: nothing to retire
-                    client.run(drop_heartbeat_failures)
+                    client.run(drop_close_noise)
                     client.retire_workers(close_workers=True)
                 client.close(timeout=SHUTDOWN_SECONDS)
                 cluster.close(timeout=SHUTDOWN_SECONDS)

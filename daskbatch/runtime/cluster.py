@@ -97,24 +97,25 @@ def cluster(
     jobqueue = kind in ("slurm", "pbs")
     with _submit_errors() as refused:  # a local cluster submits no jobs: none is refused
         started = _start_jobqueue(kind, kwargs, wait_for_workers) if jobqueue else _start_cluster(kind, plan, kwargs)
+        closing = contextlib.ExitStack()
         try:
             with Client(started) as client:
-                _print_dashboard(client, f"started a {kind} cluster at")
-                if wait_for_workers is None:
-                    # Every worker of the jobs asked for: a plan made while some are still queued is wrong.
-                    wait_for_workers = len(started.plan) if jobqueue else 0
-                _wait_for_workers(client, wait_for_workers, refused=refused)
-                yield client
-                if getattr(started, "processes", True):  # worker processes (a jobqueue's too) log on their own
-                    with contextlib.suppress(Exception):  # a worker gone already: the work is done, close anyway
-                        client.run(drop_heartbeat_failures)
+                try:
+                    _print_dashboard(client, f"started a {kind} cluster at")
+                    if wait_for_workers is None:
+                        # Every worker of the jobs asked for: a plan made while some are still queued is wrong.
+                        wait_for_workers = len(started.plan) if jobqueue else 0
+                    _wait_for_workers(client, wait_for_workers, refused=refused)
+                    yield client
+                    if getattr(started, "processes", True):  # worker processes (a jobqueue's too) log on their own
+                        with contextlib.suppress(Exception):  # a worker gone already: the work is done, close anyway
+                            client.run(drop_close_noise)
+                finally:
+                    # From here on, through the client's close and the cluster's, in this process too.
+                    closing.enter_context(_close_noise_dropped())
         finally:
-            worker_log = logging.getLogger("distributed.worker")
-            worker_log.addFilter(_HEARTBEAT_FAILURES)  # workers in this process
-            try:
+            with closing:
                 started.close()
-            finally:
-                worker_log.removeFilter(_HEARTBEAT_FAILURES)
 
 
 @contextlib.contextmanager
@@ -315,21 +316,40 @@ def _submit_errors() -> Iterator[list[str]]:
             lg.removeFilter(keep)
 
 
-class _HeartbeatFailures(logging.Filter):
-    """Drops distributed's "failed to communicate with scheduler during heartbeat" records."""
+class _CloseNoise(logging.Filter):
+    """Drops the records distributed logs, with a traceback, about connections that the close itself broke."""
 
-    # Worker.close closes its connections under a heartbeat still in flight, which then logs an ERROR with a
-    # traceback: noise from the close we asked for (stderr in a notebook, a terminal, a job's log).
+    # Worker.close closes its connections under a heartbeat still in flight, which then logs an ERROR
+    # ("Failed to communicate with scheduler during heartbeat"); a batched stream caught mid-write by the close
+    # logs "Batched Comm Closed" (INFO, after the cluster has put its log level back). Both are noise from the
+    # close we asked for, shown as stderr in a notebook, a terminal or a job's log.
     def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
-        return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+        return not record.getMessage().startswith(_CLOSE_NOISE[record.name])
 
 
-_HEARTBEAT_FAILURES = _HeartbeatFailures()
+#: The logger of each record :class:`_CloseNoise` drops, and how the record's message starts.
+_CLOSE_NOISE = {
+    "distributed.worker": "Failed to communicate with scheduler during heartbeat",
+    "distributed.batched": "Batched Comm Closed",
+}
+_CLOSE_NOISE_FILTER = _CloseNoise()
 
 
-def drop_heartbeat_failures() -> None:
-    """Run in each worker process before the cluster closes it: its close logs no heartbeat failure."""
-    logging.getLogger("distributed.worker").addFilter(_HEARTBEAT_FAILURES)
+def drop_close_noise() -> None:
+    """Run in each worker process before the cluster closes it: its close logs no broken connection."""
+    for name in _CLOSE_NOISE:
+        logging.getLogger(name).addFilter(_CLOSE_NOISE_FILTER)
+
+
+@contextlib.contextmanager
+def _close_noise_dropped() -> Iterator[None]:
+    """Within the block, this process logs no connection broken by a close (see :class:`_CloseNoise`)."""
+    drop_close_noise()
+    try:
+        yield
+    finally:
+        for name in _CLOSE_NOISE:
+            logging.getLogger(name).removeFilter(_CLOSE_NOISE_FILTER)
 
 
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
