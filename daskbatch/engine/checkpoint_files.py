@@ -101,7 +101,9 @@ def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
         records.append(record)
         arrays.update({f"s{i}.{name}": a for name, a in fields.items()})
     buf = io.BytesIO()
-    np.savez(buf, allow_pickle=False, **arrays)
+    # No allow_pickle=False: np.savez takes it only from NumPy 2.1, and before that saved it as an array named
+    # "allow_pickle" (every checkpoint then read back as damaged). state_codec.encode refuses object arrays.
+    np.savez(buf, **arrays)
     payload = buf.getvalue()
     header = dict(meta, states=records, nbytes=len(payload))
     body = json.dumps(header, sort_keys=True).encode() + b"\n" + payload
