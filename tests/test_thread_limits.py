@@ -37,8 +37,14 @@ json.seen = []
 before = blas()
 x = da.from_array(np.random.default_rng(0).normal(size=(4000, 3)), chunks=(500, -1))
 scheduler, workers = sys.argv[1], int(sys.argv[2])
-with dask.config.set(scheduler=scheduler, num_workers=workers):
-    tree_reduce(Probe(), x).compute()
+if scheduler == "distributed":  # workers as threads of this process, so that json.seen is this one's
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=workers, processes=False, dashboard_address=None) as cluster:
+        with Client(cluster):
+            tree_reduce(Probe(), x).compute()
+else:
+    with dask.config.set(scheduler=scheduler, num_workers=workers):
+        tree_reduce(Probe(), x).compute()
 print(json.dumps({"before": before, "seen": json.seen}))
 """
 
@@ -61,6 +67,14 @@ def run(scheduler: str, workers: int) -> dict:
 
 def test_threaded_scheduler_limits_blas_and_numba_to_one_thread() -> None:
     out = run("threads", 2)
+    assert {blas for blas, _ in out["seen"]} == {1}
+    assert {nb for _, nb in out["seen"]} == {1}
+
+
+def test_a_distributed_worker_of_two_threads_limits_blas_and_numba_to_one_thread() -> None:
+    # A worker's thread count is Worker.state.nthreads: Worker.nthreads was deprecated, then removed
+    # (where it was gone, every worker counted as one thread and nothing was limited).
+    out = run("distributed", 2)
     assert {blas for blas, _ in out["seen"]} == {1}
     assert {nb for _, nb in out["seen"]} == {1}
 

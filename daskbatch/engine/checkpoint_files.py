@@ -103,7 +103,7 @@ def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
     buf = io.BytesIO()
     # No allow_pickle=False: np.savez takes it only from NumPy 2.1, and before that saved it as an array named
     # "allow_pickle" (every checkpoint then read back as damaged). state_codec.encode refuses object arrays.
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # the stubs read a key of arrays as allow_pickle
     payload = buf.getvalue()
     header = dict(meta, states=records, nbytes=len(payload))
     body = json.dumps(header, sort_keys=True).encode() + b"\n" + payload

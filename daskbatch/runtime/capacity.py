@@ -324,7 +324,9 @@ def _scheduler_threads() -> int:
     """Count the tasks the scheduler running this one may run at once in this process (1 if unknown)."""
     worker = distributed_worker()
     if worker is not None:
-        return int(getattr(worker, "nthreads", 1))
+        # The worker's state holds it: Worker.nthreads was deprecated, then removed (getattr's default then
+        # counted every worker as one thread, and chunk tasks ran BLAS with every core beside each other).
+        return int(worker.state.nthreads)
     import dask.threaded  # lazy: dask
 
     # The threaded scheduler runs tasks on threads of its executors, the synchronous one on the caller's
