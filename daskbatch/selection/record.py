@@ -189,8 +189,11 @@ def _parsed_selection(text: str) -> Selection:
     if not first.startswith(SELECTION_HEADER):
         raise ValueError(f"no {SELECTION_HEADER.strip()!r} line")
     meta = json.loads(first[len(SELECTION_HEADER):])
+    # pandas 2's default float parser could read a written score back 1 ulp off; pandas 3's is exact (and it
+    # deprecates the option).
+    exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
     table = pd.read_csv(io.StringIO(body), dtype={"feature": str, "reason": str}, keep_default_na=False,
-                        na_values={"score": [""], "pvalue": [""]})
+                        na_values={"score": [""], "pvalue": [""]}, **exact)
     return Selection(
         feature_names=tuple(table["feature"]), score=table["score"].to_numpy(np.float64),
         pvalue=table["pvalue"].to_numpy(np.float64) if "pvalue" in table else None,
